@@ -1,0 +1,58 @@
+# Two commands do all the set-up on a fresh machine: `make docs` and `make test`.
+# Both create or refresh the virtual environment in .venv first.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+# PyTorch is only needed by the conformance tests; `make test TORCH=` skips installing it.
+TORCH ?= torch==2.13.0
+STAMP := $(VENV)/.installed-$(shell printf '%s' '$(TORCH)' | tr -c 'A-Za-z0-9.' '_')
+SPHINXOPTS ?= -W --keep-going -n
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 1700000000)
+export SOURCE_DATE_EPOCH
+
+.PHONY: all venv docs docs-clean test test-fast lint bench chromium clean
+
+all: test
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test,docs,browser]' $(TORCH)
+	@rm -f $(VENV)/.installed-*
+	@touch $@
+
+venv: $(STAMP)
+
+## The book: executed chapters, strict (warnings are errors), into docs/_build/html.
+docs: $(STAMP)
+	$(PY) -m sphinx $(SPHINXOPTS) -b html docs docs/_build/html
+
+docs-clean:
+	rm -rf docs/_build
+
+## Every test: unit, property, conformance, doctests, the strict book build and the browser tests.
+test: docs chromium
+	$(PY) -m pytest
+
+## Only the package's tests and doctests (no book, no browser).
+test-fast: $(STAMP)
+	$(PY) -m pytest tests attention_ref -m "not docs and not browser"
+
+lint: $(STAMP)
+	$(PY) -m ruff check attention_ref tests benchmarks docs
+	$(PY) -m mypy
+
+bench: $(STAMP)
+	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(PY) benchmarks/run.py --write benchmarks/results.json
+
+## Debian's Chromium for the browser tests (Playwright's own download does not work offline).
+chromium:
+	@if [ -x /usr/bin/chromium ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+		|| echo "warning: could not install chromium; browser tests will skip (or fail in CI)"; \
+	else echo "note: /usr/bin/chromium missing and not root; browser tests will skip"; fi
+
+clean: docs-clean
+	rm -rf $(VENV) .pytest_cache .hypothesis .ruff_cache .mypy_cache

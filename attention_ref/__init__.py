@@ -1,0 +1,75 @@
+r"""attention_ref: an exact, documented reference implementation of attention in NumPy.
+
+Conventions (every function follows them)
+-----------------------------------------
+Layout
+    As PyTorch's ``scaled_dot_product_attention``: queries ``q (..., L, E)``,
+    keys ``k (..., S, E)``, values ``v (..., S, Ev)``, output ``(..., L, Ev)``.
+    Leading axes broadcast; heads live on axis -3.
+Masks
+    Boolean, True means "this query may attend to this key" (PyTorch's SDPA
+    polarity). A boolean mask becomes an additive 0 / ``-inf`` term before the
+    softmax; it is never multiplied in. Additive float terms go in ``bias``.
+Causality
+    ``is_causal`` aligns the diagonal top-left by default (PyTorch, JAX);
+    ``causal_alignment="bottom-right"`` (FlashAttention, KV-cache decoding)
+    on request.
+Empty rows
+    A query row with no allowed key gets zeros in both weights and output:
+    never NaN, never a warning.
+Scale
+    Defaults to ``1/sqrt(E)``, E the query/key size even when ``Ev`` differs;
+    ``scale=0.0`` is legal.
+Grouped-query attention
+    With ``enable_gqa=True`` query head ``h`` uses key/value head
+    ``h // (Hq // Hkv)`` (PyTorch's mapping). A head mismatch without it, or
+    ``Hq`` not a multiple of ``Hkv``, is an error.
+Dtypes
+    float16/32/64 in gives the same dtype out, accumulated in at least
+    float32; integers become float64. Dropout needs an explicit
+    ``numpy.random.Generator``.
+Multi-head parameters
+    Row convention: ``Q = x @ w_q + b_q`` with ``w_q`` of shape
+    ``(d_model, n_heads * d_head)``; head ``h`` owns columns
+    ``h*d_head:(h+1)*d_head``; the output is ``concat(heads) @ w_o + b_o``.
+Errors
+    Bad input raises ``ValueError`` (shapes, sizes, choices) or ``TypeError``
+    (dtypes, kinds) naming the argument, what it got and what was expected.
+"""
+
+from .attention import scaled_dot_product_attention
+from .blockwise import blockwise_attention, merge_attention
+from .decoding import KVCache, decode_step
+from .masks import causal_mask, mask_to_bias, padding_mask, sliding_window_mask
+from .multihead import MultiHeadParams, init_multi_head_params, merge_heads, multi_head_attention, split_heads
+from .plotting import plot_attention, plot_heads
+from .positional import alibi_bias, alibi_slopes, apply_rope, sinusoidal_positions
+from .softmax import log_softmax, logsumexp, softmax
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "softmax",
+    "log_softmax",
+    "logsumexp",
+    "causal_mask",
+    "padding_mask",
+    "sliding_window_mask",
+    "mask_to_bias",
+    "scaled_dot_product_attention",
+    "MultiHeadParams",
+    "init_multi_head_params",
+    "multi_head_attention",
+    "split_heads",
+    "merge_heads",
+    "sinusoidal_positions",
+    "apply_rope",
+    "alibi_slopes",
+    "alibi_bias",
+    "blockwise_attention",
+    "merge_attention",
+    "KVCache",
+    "decode_step",
+    "plot_attention",
+    "plot_heads",
+]

@@ -1,0 +1,143 @@
+"""Argument checking shared by every public function.
+
+All error messages are built here so that they read the same everywhere:
+they name the argument, say what it got and what was expected.
+"""
+
+from __future__ import annotations
+
+import numbers
+import operator
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+__all__: list[str] = []  # private module
+
+_FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+
+
+def as_real_array(x, name: str) -> np.ndarray:
+    """Return `x` as a real floating ndarray, rejecting bool, complex and object.
+
+    Integer input becomes float64; float16/32/64 keep their dtype; other
+    floating types (e.g. longdouble) are rejected so results stay comparable.
+    """
+    if isinstance(x, np.ndarray):
+        arr = x
+    else:
+        try:
+            arr = np.asarray(x)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"{name} must be array-like of real numbers; got {type(x).__name__}: {exc}") from None
+    kind = arr.dtype.kind
+    if kind == "b":
+        raise TypeError(f"{name} must hold real numbers, not booleans; got dtype {arr.dtype}")
+    if kind == "c":
+        raise TypeError(f"{name} must be real; got complex dtype {arr.dtype}")
+    if kind in "iu":
+        return arr.astype(np.float64)
+    if kind == "f":
+        if arr.dtype not in _FLOAT_DTYPES:
+            raise TypeError(f"{name} must be float16, float32 or float64; got dtype {arr.dtype}")
+        return arr
+    raise TypeError(f"{name} must hold real numbers; got dtype {arr.dtype}")
+
+
+def as_bool_mask(mask, name: str = "mask") -> np.ndarray:
+    """Return `mask` as a boolean ndarray; any other dtype is a TypeError."""
+    arr = np.asarray(mask)
+    if arr.dtype != np.bool_:
+        raise TypeError(
+            f"{name} must be a boolean array (True = may attend); got dtype {arr.dtype}. "
+            "Pass additive float terms as `bias` instead, or convert with mask_to_bias."
+        )
+    return arr
+
+
+def result_dtype(*arrays: np.ndarray) -> tuple[np.dtype, np.dtype]:
+    """Return ``(out_dtype, work_dtype)`` for float arrays.
+
+    ``out_dtype`` follows NumPy promotion; ``work_dtype`` is at least float32
+    so that float16 input accumulates in float32.
+    """
+    out = np.result_type(*arrays)
+    work = np.result_type(out, np.float32)
+    return np.dtype(out), np.dtype(work)
+
+
+def check_ndim(arr: np.ndarray, name: str, min_ndim: int, layout: str) -> None:
+    """Raise ValueError if `arr` has fewer than `min_ndim` axes."""
+    if arr.ndim < min_ndim:
+        raise ValueError(f"{name} must have at least {min_ndim} dimensions {layout}; got shape {arr.shape}")
+
+
+def check_axis(axis, ndim: int, name: str = "axis") -> int:
+    """Return `axis` normalised to ``0 <= axis < ndim``."""
+    axis = check_int(axis, name)
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"{name}={axis} is out of range for an array with {ndim} dimensions")
+    return axis % ndim
+
+
+def check_int(value, name: str, *, minimum: int | None = None) -> int:
+    """Return `value` as a Python int, rejecting floats and bools."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer; got {value!r} of type {type(value).__name__}")
+    value = operator.index(value)
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}; got {value}")
+    return value
+
+
+def check_real(value, name: str, *, minimum: float | None = None, below: float | None = None) -> float:
+    """Return `value` as a finite float, optionally within ``[minimum, below)``."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number; got {value!r} of type {type(value).__name__}")
+    value = float(value)
+    if not np.isfinite(value):
+        raise ValueError(f"{name} must be finite; got {value}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}; got {value}")
+    if below is not None and value >= below:
+        raise ValueError(f"{name} must be < {below}; got {value}")
+    return value
+
+
+def check_choice(value, name: str, choices: Sequence[str]) -> str:
+    """Raise ValueError unless `value` is one of `choices`."""
+    if not isinstance(value, str) or value not in choices:
+        expected = ", ".join(repr(c) for c in choices)
+        raise ValueError(f"{name} must be one of {expected}; got {value!r}")
+    return value
+
+
+def check_generator(rng, name: str = "rng") -> np.random.Generator:
+    """Raise TypeError unless `rng` is a ``numpy.random.Generator``."""
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(
+            f"{name} must be a numpy.random.Generator (e.g. numpy.random.default_rng(0)); got {type(rng).__name__}"
+        )
+    return rng
+
+
+def broadcast_shapes(what: str, named_shapes: Iterable[tuple[str, tuple[int, ...]]]) -> tuple[int, ...]:
+    """Broadcast shapes, raising a ValueError that names every argument."""
+    named_shapes = list(named_shapes)
+    try:
+        return np.broadcast_shapes(*(shape for _, shape in named_shapes))
+    except ValueError:
+        listing = ", ".join(f"{name} {shape}" for name, shape in named_shapes)
+        raise ValueError(f"{what} do not broadcast: got {listing}") from None
+
+
+def check_last_dim(arr: np.ndarray, name: str, size: int, other: str) -> None:
+    """Raise ValueError unless ``arr.shape[-1] == size``."""
+    if arr.shape[-1] != size:
+        raise ValueError(f"{name} must have last dimension {size} to match {other}; got shape {arr.shape}")
+
+
+def check_shape(arr: np.ndarray, name: str, shape: tuple[int, ...]) -> None:
+    """Raise ValueError unless `arr` has exactly `shape`."""
+    if arr.shape != tuple(shape):
+        raise ValueError(f"{name} must have shape {tuple(shape)}; got {arr.shape}")
