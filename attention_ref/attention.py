@@ -143,7 +143,7 @@ def prepare_attention(
             f"mask and bias must broadcast to (..., L={L}, S={S}) in their last two axes; "
             f"they broadcast to {score_shape}"
         )
-    out_shape = broadcast_shapes("the scores and v", [("scores", score_shape), ("v", v.shape[:-2] + (S, 1))])
+    out_shape = broadcast_shapes("the scores and v", [("scores", score_shape), ("v", v.shape[:-2] + (1, 1))])
     out_shape = out_shape[:-2] + (L, v.shape[-1])
 
     if scale is None:
