@@ -46,13 +46,29 @@ def as_real_array(x, name: str) -> np.ndarray:
 
 def as_bool_mask(mask, name: str = "mask") -> np.ndarray:
     """Return `mask` as a boolean ndarray; any other dtype is a TypeError."""
-    arr = np.asarray(mask)
+    try:
+        arr = np.asarray(mask)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(
+            f"{name} must be a boolean array (True = may attend); got {type(mask).__name__}: {exc}"
+        ) from None
     if arr.dtype != np.bool_:
         raise TypeError(
             f"{name} must be a boolean array (True = may attend); got dtype {arr.dtype}. "
             "Pass additive float terms as `bias` instead, or convert with mask_to_bias."
         )
     return arr
+
+
+def float_dtype(dtype, name: str = "dtype") -> np.dtype:
+    """Return `dtype` as float16, float32 or float64; anything else is a TypeError."""
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        dt = np.dtype(object)  # not understood: rejected below
+    if dt not in _FLOAT_DTYPES:
+        raise TypeError(f"{name} must be float16, float32 or float64; got {dtype!r}")
+    return dt
 
 
 def result_dtype(*arrays: np.ndarray) -> tuple[np.dtype, np.dtype]:

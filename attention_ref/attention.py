@@ -120,7 +120,7 @@ def prepare_attention(
             k = np.repeat(k, hq // hk, axis=-3)
             v = np.repeat(v, hq // hk, axis=-3)
 
-    named = [("q", q.shape[:-2] + (L, 1)), ("k", k.shape[:-2] + (1, S))]
+    named = [("q", (*q.shape[:-2], L, 1)), ("k", (*k.shape[:-2], 1, S))]
     if mask is not None:
         mask = _at_least_2d(as_bool_mask(mask, "mask"))
         named.append(("mask", mask.shape))
@@ -143,8 +143,11 @@ def prepare_attention(
             f"mask and bias must broadcast to (..., L={L}, S={S}) in their last two axes; "
             f"they broadcast to {score_shape}"
         )
-    out_shape = broadcast_shapes("the scores and v", [("scores", score_shape), ("v", v.shape[:-2] + (1, 1))])
-    out_shape = out_shape[:-2] + (L, v.shape[-1])
+    batch = broadcast_shapes(
+        "the batch axes (all but the last two) of q/k/mask/bias and of v",
+        [("scores", score_shape[:-2]), ("v", v.shape[:-2])],
+    )
+    out_shape = (*batch, L, v.shape[-1])
 
     if scale is None:
         if E == 0:
@@ -268,7 +271,8 @@ def scaled_dot_product_attention(
     and variance 1, :math:`\operatorname{Var}(q \cdot k) = E`; the default
     scale brings the scores back to unit variance so the softmax does not
     saturate. A row whose every key is masked has no defined softmax; it
-    returns zeros (PyTorch's math kernel returns NaN there).
+    returns zeros. Recent PyTorch SDPA does the same (checked with 2.13),
+    whereas ``torch.softmax`` of an all ``-inf`` row is NaN.
 
     Conventions match ``torch.nn.functional.scaled_dot_product_attention``:
     layout, mask polarity, top-left ``is_causal``, ``scale`` and

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validation import as_bool_mask, check_choice, check_int
+from ._validation import as_bool_mask, check_choice, check_int, float_dtype
 
-__all__ = ["causal_mask", "padding_mask", "sliding_window_mask", "mask_to_bias"]
+__all__ = ["causal_mask", "mask_to_bias", "padding_mask", "sliding_window_mask"]
 
 ALIGNMENTS = ("top-left", "bottom-right")
 
@@ -184,7 +184,10 @@ def padding_mask(lengths, n_keys):
            [[1, 0, 0, 0]]])
     """
     n_keys = check_int(n_keys, "n_keys", minimum=0)
-    lengths = np.asarray(lengths)
+    try:
+        lengths = np.asarray(lengths)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"lengths must be an array of integers; got {type(lengths).__name__}: {exc}") from None
     if lengths.dtype.kind not in "iu":
         raise TypeError(f"lengths must hold integers; got dtype {lengths.dtype}")
     if lengths.size and (lengths.min() < 0 or lengths.max() > n_keys):
@@ -212,7 +215,7 @@ def mask_to_bias(mask, dtype=np.float64):
     Raises
     ------
     TypeError
-        If `mask` is not boolean or `dtype` is not a floating dtype.
+        If `mask` is not boolean or `dtype` is not float16, float32 or float64.
 
     See Also
     --------
@@ -242,7 +245,5 @@ def mask_to_bias(mask, dtype=np.float64):
            [  0.,   0.,   0.]])
     """
     mask = as_bool_mask(mask)
-    dtype = np.dtype(dtype)
-    if dtype.kind != "f":
-        raise TypeError(f"dtype must be a floating dtype; got {dtype}")
+    dtype = float_dtype(dtype)
     return np.where(mask, dtype.type(0), dtype.type(-np.inf))

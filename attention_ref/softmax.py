@@ -6,14 +6,15 @@ import numpy as np
 
 from ._validation import as_real_array, check_axis, result_dtype
 
-__all__ = ["softmax", "log_softmax", "logsumexp"]
+__all__ = ["log_softmax", "logsumexp", "softmax"]
 
 
 def _shifted(x, axis):
-    """Return ``(x_work, shift, out_dtype)`` with ``shift`` the finite slice max.
+    """Return ``(x_work, shift, axis, out_dtype)`` with ``shift`` the finite slice max.
 
-    A slice whose maximum is not finite (all ``-inf``, or holding ``+inf``)
-    gets a shift of 0, so no ``inf - inf`` is ever formed from the shift.
+    A slice whose maximum is not finite (all ``-inf``, holding ``+inf`` or
+    ``NaN``) gets a shift of 0, so no ``inf - inf`` is ever formed from the
+    shift. An empty slice also gets 0 (its maximum would be undefined).
     """
     x = as_real_array(x, "x")
     if x.ndim == 0:
@@ -22,7 +23,7 @@ def _shifted(x, axis):
     out_dtype, work_dtype = result_dtype(x)
     xw = x.astype(work_dtype, copy=False)
     with np.errstate(invalid="ignore"):
-        shift = np.max(xw, axis=axis, keepdims=True)
+        shift = np.max(xw, axis=axis, keepdims=True, initial=-np.inf)
     shift = np.where(np.isfinite(shift), shift, 0.0).astype(work_dtype, copy=False)
     return xw, shift, axis, out_dtype
 
@@ -95,6 +96,9 @@ def softmax(x, axis=-1):
         total = np.sum(e, axis=axis, keepdims=True)
         # total == 0 only for all -inf slices; divide by 1 there to get zeros.
         e /= np.where(total > 0, total, 1.0)
+    # With a finite shift every exponent is <= 0, so total <= n: a total that
+    # is inf or NaN means +inf or NaN in the slice, which poisons all of it.
+    e = np.where(np.isfinite(total), e, np.nan)
     return e.astype(out_dtype, copy=False)
 
 
@@ -113,7 +117,9 @@ def logsumexp(x, axis=-1, keepdims=False):
     Returns
     -------
     ndarray, shape of `x` without `axis` (or with size 1 if `keepdims`)
-        :math:`\log \sum_j e^{x_j}`; ``-inf`` for a slice of all ``-inf``.
+        :math:`\log \sum_j e^{x_j}`; ``-inf`` for a slice of all ``-inf``
+        (or an empty slice), ``+inf`` if the slice holds ``+inf``, ``NaN``
+        if it holds ``NaN``.
 
     Raises
     ------
@@ -171,7 +177,8 @@ def log_softmax(x, axis=-1):
     -------
     ndarray, same shape as `x`
         ``x - logsumexp(x, axis, keepdims=True)``. A slice of all ``-inf``
-        gives ``-inf`` everywhere (the log of the zeros that `softmax` gives).
+        gives ``-inf`` everywhere (the log of the zeros that `softmax` gives);
+        a slice holding ``NaN`` or ``+inf`` gives ``NaN`` everywhere.
 
     Raises
     ------
@@ -206,5 +213,7 @@ def log_softmax(x, axis=-1):
     xw, _, axis, out_dtype = _shifted(x, axis)
     lse = logsumexp(xw, axis=axis, keepdims=True)
     with np.errstate(invalid="ignore"):
-        out = np.where(np.isneginf(lse), -np.inf, xw - lse)
+        # lse = -inf: all -inf slice, log of softmax's zeros. lse = +inf or
+        # NaN: +inf or NaN in the slice, NaN throughout as in softmax.
+        out = np.where(np.isfinite(lse), xw - lse, np.where(np.isneginf(lse), -np.inf, np.nan))
     return out.astype(out_dtype, copy=False)
