@@ -154,7 +154,7 @@ def padding_mask(lengths, n_keys):
 
     Returns
     -------
-    ndarray of bool, shape (*lengths.shape, 1, S)
+    ndarray of bool, shape (\*lengths.shape, 1, S)
         True for key positions ``j < lengths[b]``. The size-one query axis
         broadcasts against scores of shape ``(B, L, S)``; for scores with a
         head axis ``(B, H, L, S)`` insert it: ``padding_mask(...)[:, None]``.
