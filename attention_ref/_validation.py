@@ -157,3 +157,9 @@ def check_shape(arr: np.ndarray, name: str, shape: tuple[int, ...]) -> None:
     """Raise ValueError unless `arr` has exactly `shape`."""
     if arr.shape != tuple(shape):
         raise ValueError(f"{name} must have shape {tuple(shape)}; got {arr.shape}")
+
+
+def check_exact_ndim(arr: np.ndarray, name: str, ndim: int, layout: str) -> None:
+    """Raise ValueError unless `arr` has exactly `ndim` axes."""
+    if arr.ndim != ndim:
+        raise ValueError(f"{name} must have exactly {ndim} dimensions {layout}; got shape {arr.shape}")

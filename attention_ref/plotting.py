@@ -1,10 +1,309 @@
-"""Placeholder: being written (not yet implemented)."""
+"""Heatmaps of attention weights (matplotlib is imported only when plotting)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ._validation import as_real_array, check_exact_ndim, check_int, check_real
+
+__all__ = ["plot_attention", "plot_heads"]
+
+#: Matrices up to this many rows and columns get their values written in the cells.
+ANNOTATE_MAX = 12
 
 
-def plot_attention(*args, **kwargs):
-    raise NotImplementedError("plot_attention is not implemented yet")
+def _labels(labels, name: str, size: int, what: str) -> list[str] | None:
+    """Return `labels` as a list of strings, checking there is one per `what`."""
+    if labels is None:
+        return None
+    if isinstance(labels, str):
+        raise TypeError(f"{name} must be a sequence of labels, not a single string; got {labels!r}")
+    try:
+        labels = [str(label) for label in labels]
+    except TypeError:
+        raise TypeError(f"{name} must be a sequence of labels; got {type(labels).__name__}") from None
+    if len(labels) != size:
+        raise ValueError(f"{name} must have one label per {what} ({size}); got {len(labels)}")
+    return labels
 
 
-def plot_heads(*args, **kwargs):
-    raise NotImplementedError("plot_heads is not implemented yet")
+def _check_fmt(fmt) -> None:
+    """Reject a bad format specification before anything is drawn."""
+    if not isinstance(fmt, str):
+        raise TypeError(f"fmt must be a format specification string such as '.2f'; got {fmt!r}")
+    try:
+        format(0.5, fmt)
+    except ValueError as exc:
+        raise ValueError(f"fmt must be a format specification for a float such as '.2f'; got {fmt!r}: {exc}") from None
 
+
+def _colour_limits(weights: np.ndarray, vmin, vmax) -> tuple[float, float]:
+    """Return ``(vmin, vmax)``; `vmax` defaults to the largest finite weight, or 1 if that is not above `vmin`."""
+    vmin = check_real(vmin, "vmin")
+    if vmax is None:
+        finite = weights[np.isfinite(weights)]
+        top = float(finite.max()) if finite.size else -math.inf
+        vmax = top if top > vmin else vmin + 1.0
+    vmax = check_real(vmax, "vmax")
+    if not vmax > vmin:
+        raise ValueError(f"vmax must be greater than vmin; got vmin={vmin}, vmax={vmax}")
+    return vmin, vmax
+
+
+def _relative_luminance(rgba) -> float:
+    """WCAG 2 relative luminance of an sRGB colour with components in [0, 1]."""
+    linear = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in rgba[:3]]
+    return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+
+
+def _text_colour(background) -> str:
+    """``"black"`` or ``"white"``, whichever has the higher WCAG contrast ratio on `background`."""
+    luminance = _relative_luminance(background)
+    contrast_black = (luminance + 0.05) / 0.05
+    contrast_white = 1.05 / (luminance + 0.05)
+    return "black" if contrast_black >= contrast_white else "white"
+
+
+def _set_ticks(axis_ticks, axis_labels, labels, size: int, *, rotate: bool = False) -> None:
+    """Label every cell when labels are given (or the axis is short); else keep matplotlib's integer ticks."""
+    if labels is None and size > 2 * ANNOTATE_MAX:
+        return
+    axis_ticks(np.arange(size))
+    if labels is not None:
+        if rotate and max((len(label) for label in labels), default=0) > 2:
+            axis_labels(labels, rotation=45, ha="right", rotation_mode="anchor")
+        else:
+            axis_labels(labels)
+
+
+def plot_attention(
+    weights,
+    query_labels=None,
+    key_labels=None,
+    *,
+    ax=None,
+    annotate=None,
+    fmt=".2f",
+    cmap="viridis",
+    vmin=0.0,
+    vmax=None,
+    title=None,
+    colorbar=True,
+):
+    r"""Draw an attention-weight matrix as a heatmap: queries down, keys across.
+
+    Parameters
+    ----------
+    weights : array_like, shape (L, S)
+        Attention weights, one row per query and one column per key (for
+        example the second result of ``scaled_dot_product_attention(...,
+        return_weights=True)`` for one batch entry and head).
+    query_labels : sequence of str, optional
+        One label per query (row), e.g. the query tokens. Default: indices.
+    key_labels : sequence of str, optional
+        One label per key (column). Default: indices.
+    ax : matplotlib.axes.Axes, optional
+        Axes to draw into. Default: a new figure from ``pyplot.subplots``.
+    annotate : bool, optional
+        Write each value in its cell. Default: only when the matrix has at
+        most 12 rows and 12 columns.
+    fmt : str, optional
+        Format specification for the cell values (as in :func:`format`).
+    cmap : str or Colormap, optional
+        Colour map.
+    vmin : float, optional
+        Value drawn with the lowest colour. Default 0.
+    vmax : float, optional
+        Value drawn with the highest colour. Default: the largest finite
+        weight, or ``vmin + 1`` if no weight exceeds `vmin` (e.g. all zeros).
+    title : str, optional
+        Axes title.
+    colorbar : bool, optional
+        Add a colour bar next to the axes.
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+        The axes holding the heatmap (``ax.images[0]``), y axis labelled
+        ``"query"`` and x axis ``"key"``.
+
+    Raises
+    ------
+    TypeError
+        If `weights` is not real-valued, or a label argument is not a sequence.
+    ValueError
+        If `weights` is not 2-D or is empty, a label sequence has the wrong
+        length, or ``vmax <= vmin``.
+
+    See Also
+    --------
+    plot_heads : One heatmap per head on a shared colour scale.
+    scaled_dot_product_attention : Returns the weights with ``return_weights=True``.
+
+    Notes
+    -----
+    Cell text is black or white, whichever contrasts more with the cell's
+    colour by the WCAG 2 contrast ratio
+    :math:`(L_1 + 0.05) / (L_2 + 0.05)`, with :math:`L` the relative
+    luminance of the sRGB colour. Non-finite weights are left blank.
+    matplotlib is imported on the first call, not when the package is.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from attention_ref import plot_attention
+    >>> w = np.array([[1.0, 0.0], [0.25, 0.75]])
+    >>> ax = plot_attention(w, ["a", "b"], ["x", "y"], title="two tokens")
+    >>> ax.get_ylabel(), ax.get_xlabel()
+    ('query', 'key')
+    >>> [t.get_text() for t in ax.get_yticklabels()]
+    ['a', 'b']
+    >>> [t.get_text() for t in ax.texts]
+    ['1.00', '0.00', '0.25', '0.75']
+    >>> ax.images[0].get_clim()
+    (0.0, 1.0)
+    >>> import matplotlib.pyplot as plt
+    >>> plt.close(ax.figure)
+    """
+    w = as_real_array(weights, "weights")
+    check_exact_ndim(w, "weights", 2, "(L, S)")
+    n_queries, n_keys = w.shape
+    if w.size == 0:
+        raise ValueError(f"weights must not be empty; got shape {w.shape}")
+    query_labels = _labels(query_labels, "query_labels", n_queries, "query (row of weights)")
+    key_labels = _labels(key_labels, "key_labels", n_keys, "key (column of weights)")
+    vmin, vmax = _colour_limits(w, vmin, vmax)
+    if annotate is None:
+        annotate = n_queries <= ANNOTATE_MAX and n_keys <= ANNOTATE_MAX
+    _check_fmt(fmt)
+
+    if ax is None:
+        import matplotlib.pyplot as plt
+
+        _, ax = plt.subplots()
+    ratio = max(n_queries, n_keys) / min(n_queries, n_keys)
+    image = ax.imshow(
+        w.astype(np.float64), cmap=cmap, vmin=vmin, vmax=vmax, interpolation="nearest",
+        aspect="equal" if ratio <= 4 else "auto",
+    )
+    ax.set_ylabel("query")
+    ax.set_xlabel("key")
+    _set_ticks(ax.set_yticks, ax.set_yticklabels, query_labels, n_queries)
+    _set_ticks(ax.set_xticks, ax.set_xticklabels, key_labels, n_keys, rotate=True)
+    if title is not None:
+        ax.set_title(title)
+
+    if annotate:
+        fontsize = "small" if max(n_queries, n_keys) <= 6 else "x-small"
+        colours = image.to_rgba(w.astype(np.float64))  # (L, S, 4): the colour each cell is drawn with
+        for i in range(n_queries):
+            for j in range(n_keys):
+                if np.isfinite(w[i, j]):
+                    ax.text(
+                        j, i, format(float(w[i, j]), fmt), ha="center", va="center",
+                        color=_text_colour(colours[i, j]), fontsize=fontsize,
+                    )
+    if colorbar:
+        ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="weight")
+    return ax
+
+
+def plot_heads(weights, query_labels=None, key_labels=None, *, ncols=4, titles=None, figsize=None, **kwargs):
+    r"""Draw one attention heatmap per head, all on one colour scale.
+
+    Parameters
+    ----------
+    weights : array_like, shape (H, L, S)
+        Attention weights of H heads (e.g. one batch entry of the weights
+        returned by ``multi_head_attention(..., return_weights=True)``).
+    query_labels : sequence of str, optional
+        One label per query (row), shared by every head.
+    key_labels : sequence of str, optional
+        One label per key (column), shared by every head.
+    ncols : int, optional
+        Heads per row of the grid (fewer if there are fewer heads).
+    titles : sequence of str, optional
+        One title per head. Default ``"head 0"``, ``"head 1"``, ...
+    figsize : tuple of float, optional
+        Figure size in inches. Default: about 2.8 inches per panel.
+    **kwargs
+        Passed on to :func:`plot_attention`: `annotate`, `fmt`, `cmap`,
+        `vmin`, `vmax`. The default `vmax` is the largest weight over *all*
+        heads, so colours compare across panels.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        A figure (constrained layout) with one axes per head, in head order,
+        unused grid cells hidden, and a single colour bar.
+
+    Raises
+    ------
+    TypeError
+        If `weights` is not real-valued, a keyword is not accepted (`ax`,
+        `title` and `colorbar` are set here), or a label argument is not a
+        sequence.
+    ValueError
+        If `weights` is not 3-D or is empty, `ncols` < 1, or `titles` or a
+        label sequence has the wrong length.
+
+    See Also
+    --------
+    plot_attention : A single heatmap.
+    multi_head_attention : Returns per-head weights with ``return_weights=True``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from attention_ref import plot_heads
+    >>> w = np.array([[[1.0, 0.0], [0.5, 0.5]],
+    ...               [[0.2, 0.8], [0.0, 1.0]],
+    ...               [[0.6, 0.4], [0.3, 0.7]]])
+    >>> fig = plot_heads(w, ["a", "b"], ["a", "b"], ncols=2)
+    >>> [ax.get_title() for ax in fig.axes[:3]]
+    ['head 0', 'head 1', 'head 2']
+    >>> fig.axes[3].get_visible()  # the unused fourth cell of the 2x2 grid
+    False
+    >>> {ax.images[0].get_clim() for ax in fig.axes[:3]}
+    {(0.0, 1.0)}
+    >>> import matplotlib.pyplot as plt
+    >>> plt.close(fig)
+    """
+    w = as_real_array(weights, "weights")
+    check_exact_ndim(w, "weights", 3, "(H, L, S)")
+    if w.size == 0:
+        raise ValueError(f"weights must not be empty; got shape {w.shape}")
+    n_heads = w.shape[0]
+    ncols = min(check_int(ncols, "ncols", minimum=1), n_heads)
+    nrows = math.ceil(n_heads / ncols)
+    titles = [f"head {h}" for h in range(n_heads)] if titles is None else _labels(titles, "titles", n_heads, "head")
+    for fixed in ("ax", "title", "colorbar"):
+        if fixed in kwargs:
+            raise TypeError(f"plot_heads sets {fixed!r} itself; got an unexpected keyword argument {fixed!r}")
+    # Check everything before a figure exists, so an error leaves no empty figure behind.
+    _labels(query_labels, "query_labels", w.shape[1], "query (row of weights)")
+    _labels(key_labels, "key_labels", w.shape[2], "key (column of weights)")
+    _check_fmt(kwargs.get("fmt", ".2f"))
+    # One colour scale for every panel.
+    kwargs["vmin"], kwargs["vmax"] = _colour_limits(w, kwargs.get("vmin", 0.0), kwargs.get("vmax"))
+
+    import matplotlib.pyplot as plt
+
+    if figsize is None:
+        figsize = (2.8 * ncols + 0.8, 2.8 * nrows)
+    fig, axes = plt.subplots(nrows, ncols, figsize=figsize, squeeze=False, layout="constrained")
+    axes = axes.ravel()
+    for h in range(n_heads):
+        plot_attention(
+            w[h], query_labels, key_labels, ax=axes[h], title=titles[h], colorbar=False, **kwargs
+        )
+        if h % ncols:  # the query axis label only on the first column
+            axes[h].set_ylabel("")
+        if h < n_heads - ncols:  # the key axis label only on the lowest panel of each column
+            axes[h].set_xlabel("")
+    for spare in axes[n_heads:]:
+        spare.set_visible(False)
+    fig.colorbar(axes[0].images[0], ax=list(axes[:n_heads]), shrink=0.8, label="weight")
+    return fig
