@@ -2,11 +2,26 @@
 
 import importlib
 import os
+from collections import defaultdict
 
 import numpy as np
 import pytest
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+try:  # hypothesis is a test dependency; keep the suite quick and free of flaky deadlines
+    from hypothesis import HealthCheck, settings
+
+    settings.register_profile(
+        "attention_ref",
+        deadline=None,
+        max_examples=30,
+        suppress_health_check=[HealthCheck.too_slow],
+        print_blob=True,
+    )
+    settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "attention_ref"))
+except ImportError:  # pragma: no cover - the property tests skip themselves
+    pass
 
 
 def require(module_name):
@@ -29,3 +44,73 @@ def torch():
 def rng():
     """A seeded generator: every test is reproducible."""
     return np.random.default_rng(20261121)
+
+
+# ---------------------------------------------------------------------------
+# An independent float64 attention formula for the tests to compare against.
+# Plain loops-free NumPy, deliberately not calling attention_ref at all.
+
+
+def _reference_attention(q, k, v, *, allowed=None, bias=None, scale=None):
+    """``softmax(q k^T * scale + log(allowed) + bias) v`` in float64; empty rows give zeros.
+
+    Returns ``(out, weights)``.
+    """
+    q, k, v = (np.asarray(a, dtype=np.float64) for a in (q, k, v))
+    if scale is None:
+        scale = 1.0 / np.sqrt(q.shape[-1])
+    scores = np.einsum("...le,...se->...ls", q, k) * scale
+    if bias is not None:
+        scores = scores + np.asarray(bias, dtype=np.float64)
+    if allowed is None:
+        allowed = np.ones(scores.shape[-2:], dtype=bool)
+    allowed = np.broadcast_to(allowed, np.broadcast_shapes(np.shape(allowed), scores.shape))
+    scores = np.broadcast_to(scores, allowed.shape)
+    allowed = allowed & ~np.isneginf(scores)  # -inf in a bias is a mask too
+    row_max = np.max(np.where(allowed, scores, -np.inf), axis=-1, keepdims=True, initial=-np.inf)
+    row_max = np.where(np.isfinite(row_max), row_max, 0.0)
+    numerators = np.where(allowed, np.exp(np.where(allowed, scores - row_max, 0.0)), 0.0)
+    totals = numerators.sum(axis=-1, keepdims=True)
+    weights = numerators / np.where(totals > 0, totals, 1.0)
+    out = np.einsum("...ls,...sd->...ld", weights, v)
+    return out, weights
+
+
+@pytest.fixture(scope="session")
+def reference_attention():
+    """The independent float64 formula ``(q, k, v, *, allowed, bias, scale) -> (out, weights)``."""
+    return _reference_attention
+
+
+# ---------------------------------------------------------------------------
+# Conformance bookkeeping: tests record |ours - reference| and the largest
+# value per group is printed at the end of the session for quoting.
+
+_DEVIATIONS: dict[str, list[float]] = defaultdict(list)
+
+
+@pytest.fixture(scope="session")
+def record_deviation():
+    """``record_deviation(group, ours, theirs)`` stores ``max |ours - theirs|`` (NaN-aware) and returns it."""
+
+    def record(group, ours, theirs):
+        ours = np.asarray(ours, dtype=np.float64)
+        theirs = np.asarray(theirs, dtype=np.float64)
+        both = np.isfinite(ours) & np.isfinite(theirs)
+        value = float(np.max(np.abs(ours[both] - theirs[both]), initial=0.0))
+        _DEVIATIONS[group].append(value)
+        return value
+
+    return record
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if not _DEVIATIONS:
+        return
+    terminalreporter.section("conformance: largest deviations observed")
+    overall = 0.0
+    for group in sorted(_DEVIATIONS):
+        values = _DEVIATIONS[group]
+        overall = max(overall, max(values))
+        terminalreporter.write_line(f"max |ours - {group}| = {max(values):.3e}  over {len(values)} comparisons")
+    terminalreporter.write_line(f"overall max |ours - reference| = {overall:.3e}")

@@ -1,0 +1,486 @@
+"""Unit tests for scaled_dot_product_attention: every documented convention."""
+
+import math
+
+import numpy as np
+import pytest
+
+from attention_ref import causal_mask, mask_to_bias, padding_mask, scaled_dot_product_attention
+
+FLOATS = [np.float16, np.float32, np.float64]
+
+
+def qkv(rng, batch=(), L=3, S=4, E=5, Ev=None, dtype=np.float64):
+    Ev = E if Ev is None else Ev
+    q = rng.normal(size=(*batch, L, E)).astype(dtype)
+    k = rng.normal(size=(*batch, S, E)).astype(dtype)
+    v = rng.normal(size=(*batch, S, Ev)).astype(dtype)
+    return q, k, v
+
+
+# --- hand-computed case -----------------------------------------------------
+
+
+def test_two_keys_by_hand():
+    # scores = q k^T / sqrt(2) = [[1, 0], [0, 1]] / sqrt(2); the weights are logistic.
+    q = np.eye(2)
+    k = np.eye(2)
+    v = np.array([[10.0], [20.0]])
+    a = 1.0 / (1.0 + math.exp(-1.0 / math.sqrt(2.0)))
+    out, w = scaled_dot_product_attention(q, k, v, return_weights=True)
+    np.testing.assert_allclose(w, [[a, 1 - a], [1 - a, a]], rtol=1e-15)
+    np.testing.assert_allclose(out[:, 0], [10 * a + 20 * (1 - a), 10 * (1 - a) + 20 * a], rtol=1e-15)
+
+
+def test_matches_independent_reference(rng, reference_attention):
+    q, k, v = qkv(rng, batch=(2, 3), L=4, S=6, E=5, Ev=7)
+    out, w = scaled_dot_product_attention(q, k, v, return_weights=True)
+    ref_out, ref_w = reference_attention(q, k, v)
+    np.testing.assert_allclose(out, ref_out, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(w, ref_w, rtol=1e-12, atol=1e-15)
+
+
+def test_return_weights_switches_the_return_type(rng):
+    q, k, v = qkv(rng)
+    out = scaled_dot_product_attention(q, k, v)
+    assert isinstance(out, np.ndarray) and out.shape == (3, 5)
+    pair = scaled_dot_product_attention(q, k, v, return_weights=True)
+    assert isinstance(pair, tuple) and len(pair) == 2
+    np.testing.assert_array_equal(pair[0], out)
+    assert pair[1].shape == (3, 4)
+
+
+# --- masks ------------------------------------------------------------------
+
+
+def test_mask_true_means_attend(rng, reference_attention):
+    q, k, v = qkv(rng, L=3, S=4)
+    mask = np.array([[True, False, True, True], [False, False, False, True], [True, True, True, True]])
+    out, w = scaled_dot_product_attention(q, k, v, mask=mask, return_weights=True)
+    assert np.all(w[~mask] == 0.0)
+    assert np.all(w[mask] > 0.0)
+    np.testing.assert_allclose(w.sum(-1), 1.0, rtol=1e-15)
+    np.testing.assert_allclose(w[1], [0, 0, 0, 1])
+    np.testing.assert_allclose(out[1], v[3], rtol=1e-15)
+    ref_out, _ = reference_attention(q, k, v, allowed=mask)
+    np.testing.assert_allclose(out, ref_out, rtol=1e-12, atol=1e-14)
+
+
+def test_mask_is_added_not_multiplied(rng):
+    # Renormalising over the allowed keys is what an additive -inf does; a
+    # multiplied mask (scores * mask, or weights * mask) would either leave
+    # exp(0) on masked keys or break the row sums.
+    q, k, v = qkv(rng, L=2, S=5)
+    mask = np.array([True, True, False, True, False])
+    _, w = scaled_dot_product_attention(q, k, v, mask=mask, return_weights=True)
+    _, w_sub = scaled_dot_product_attention(q, k[mask], v[mask], return_weights=True)
+    np.testing.assert_allclose(w[:, mask], w_sub, rtol=1e-14)
+    np.testing.assert_array_equal(w[:, ~mask], 0.0)
+
+
+def test_bool_mask_equals_its_bias(rng):
+    q, k, v = qkv(rng, batch=(2,), L=4, S=4)
+    mask = causal_mask(4) & np.array([True, True, False, True])
+    np.testing.assert_allclose(
+        scaled_dot_product_attention(q, k, v, mask=mask),
+        scaled_dot_product_attention(q, k, v, bias=mask_to_bias(mask)),
+        rtol=1e-15,
+    )
+
+
+def test_bias_is_added_to_scaled_scores(rng, reference_attention):
+    q, k, v = qkv(rng, L=3, S=4)
+    bias = rng.normal(size=(3, 4))
+    out = scaled_dot_product_attention(q, k, v, bias=bias, scale=0.7)
+    np.testing.assert_allclose(out, reference_attention(q, k, v, bias=bias, scale=0.7)[0], rtol=1e-12)
+    # a constant per row in the bias changes nothing
+    shifted = scaled_dot_product_attention(q, k, v, bias=bias + np.array([[3.0], [-50.0], [7.0]]), scale=0.7)
+    np.testing.assert_allclose(shifted, out, rtol=1e-12, atol=1e-14)
+
+
+def test_mask_and_bias_together(rng, reference_attention):
+    q, k, v = qkv(rng, L=3, S=4)
+    bias = rng.normal(size=(1, 4))
+    mask = np.array([[True], [False], [True]]) | np.eye(3, 4, dtype=bool)
+    out = scaled_dot_product_attention(q, k, v, mask=mask, bias=bias)
+    np.testing.assert_allclose(out, reference_attention(q, k, v, allowed=mask, bias=bias)[0], rtol=1e-12)
+
+
+def test_is_causal_combines_with_mask_by_and(rng):
+    q, k, v = qkv(rng, L=4, S=4)
+    mask = np.array([True, False, True, True])
+    both = scaled_dot_product_attention(q, k, v, mask=mask, is_causal=True)
+    explicit = scaled_dot_product_attention(q, k, v, mask=mask & causal_mask(4))
+    np.testing.assert_array_equal(both, explicit)
+
+
+# --- causal alignment -------------------------------------------------------
+
+
+@pytest.mark.parametrize("L, S", [(2, 5), (5, 2), (4, 4)])
+@pytest.mark.parametrize("alignment", ["top-left", "bottom-right"])
+def test_is_causal_pattern(rng, L, S, alignment):
+    q, k, v = qkv(rng, L=L, S=S)
+    _, w = scaled_dot_product_attention(q, k, v, is_causal=True, causal_alignment=alignment, return_weights=True)
+    offset = 0 if alignment == "top-left" else S - L
+    i, j = np.indices((L, S))
+    np.testing.assert_array_equal(w > 0, j <= i + offset)
+
+
+def test_is_causal_default_is_top_left(rng):
+    q, k, v = qkv(rng, L=2, S=5)
+    np.testing.assert_array_equal(
+        scaled_dot_product_attention(q, k, v, is_causal=True),
+        scaled_dot_product_attention(q, k, v, mask=causal_mask(2, 5, alignment="top-left")),
+    )
+    np.testing.assert_array_equal(
+        scaled_dot_product_attention(q, k, v, is_causal=True, causal_alignment="bottom-right"),
+        scaled_dot_product_attention(q, k, v, mask=causal_mask(2, 5, alignment="bottom-right")),
+    )
+
+
+def test_bottom_right_last_query_sees_every_key(rng):
+    q, k, v = qkv(rng, L=1, S=6)
+    full = scaled_dot_product_attention(q, k, v)
+    last = scaled_dot_product_attention(q, k, v, is_causal=True, causal_alignment="bottom-right")
+    np.testing.assert_array_equal(last, full)
+    # top-left: the single query sees only key 0
+    np.testing.assert_allclose(scaled_dot_product_attention(q, k, v, is_causal=True), v[:1], rtol=1e-15)
+
+
+# --- fully masked rows ------------------------------------------------------
+
+
+def test_fully_masked_rows_give_zeros_without_warning(rng):
+    # filterwarnings = error: any RuntimeWarning here fails the test.
+    q, k, v = qkv(rng, batch=(2,), L=3, S=4)
+    mask = np.ones((2, 3, 4), dtype=bool)
+    mask[0, 1] = False
+    mask[1] = False
+    out, w = scaled_dot_product_attention(q, k, v, mask=mask, return_weights=True)
+    np.testing.assert_array_equal(out[0, 1], 0.0)
+    np.testing.assert_array_equal(w[0, 1], 0.0)
+    np.testing.assert_array_equal(out[1], 0.0)
+    np.testing.assert_array_equal(w[1], 0.0)
+    np.testing.assert_allclose(w[0, [0, 2]].sum(-1), 1.0, rtol=1e-15)
+    assert not np.isnan(out).any()
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_bottom_right_with_more_queries_than_keys_zeros_the_first_rows(rng, dtype):
+    q, k, v = qkv(rng, L=5, S=2, dtype=dtype)
+    out, w = scaled_dot_product_attention(q, k, v, is_causal=True, causal_alignment="bottom-right", return_weights=True)
+    np.testing.assert_array_equal(out[:3], 0.0)
+    np.testing.assert_array_equal(w[:3], 0.0)
+    np.testing.assert_allclose(w[3:].astype(np.float64).sum(-1), 1.0, rtol=1e-3)
+
+
+def test_zero_length_padding_gives_zeros(rng):
+    q, k, v = qkv(rng, batch=(2,), L=3, S=4)
+    out = scaled_dot_product_attention(q, k, v, mask=padding_mask([0, 2], 4))
+    np.testing.assert_array_equal(out[0], 0.0)
+    assert np.all(np.isfinite(out[1]))
+
+
+def test_minus_inf_bias_row_gives_zeros(rng):
+    q, k, v = qkv(rng, L=2, S=3)
+    bias = np.array([[0.0, 0.0, 0.0], [-np.inf, -np.inf, -np.inf]])
+    out = scaled_dot_product_attention(q, k, v, bias=bias)
+    np.testing.assert_array_equal(out[1], 0.0)
+
+
+# --- scale ------------------------------------------------------------------
+
+
+def test_default_scale_uses_E_not_Ev(rng):
+    q, k, v = qkv(rng, L=3, S=4, E=4, Ev=9)
+    out = scaled_dot_product_attention(q, k, v)
+    assert out.shape == (3, 9)
+    np.testing.assert_array_equal(out, scaled_dot_product_attention(q, k, v, scale=0.5))  # 1 / sqrt(4)
+    assert not np.allclose(out, scaled_dot_product_attention(q, k, v, scale=1 / 3))  # 1 / sqrt(9)
+
+
+def test_explicit_scale_multiplies_scores(rng, reference_attention):
+    q, k, v = qkv(rng)
+    for scale in (2.0, 1e-3, -1.5, np.float32(0.25), np.int64(2)):
+        np.testing.assert_allclose(
+            scaled_dot_product_attention(q, k, v, scale=scale),
+            reference_attention(q, k, v, scale=float(scale))[0],
+            rtol=1e-12,
+        )
+
+
+def test_scale_zero_is_uniform_over_allowed_keys(rng):
+    q, k, v = qkv(rng, L=3, S=4)
+    mask = np.array([[True, True, True, True], [True, False, True, False], [False, False, False, True]])
+    out, w = scaled_dot_product_attention(q, k, v, mask=mask, scale=0.0, return_weights=True)
+    np.testing.assert_allclose(w, mask / mask.sum(-1, keepdims=True), rtol=1e-15)
+    np.testing.assert_allclose(out[0], v.mean(0), rtol=1e-14)
+    np.testing.assert_allclose(out[1], (v[0] + v[2]) / 2, rtol=1e-14)
+    np.testing.assert_allclose(out[2], v[3], rtol=1e-15)
+
+
+def test_zero_feature_size_with_explicit_scale(rng):
+    q, k, v = np.zeros((3, 0)), np.zeros((4, 0)), rng.normal(size=(4, 2))
+    out = scaled_dot_product_attention(q, k, v, scale=1.0)
+    np.testing.assert_allclose(out, np.broadcast_to(v.mean(0), (3, 2)), rtol=1e-14)
+
+
+# --- grouped-query attention ------------------------------------------------
+
+
+def test_gqa_maps_query_head_h_to_kv_head_h_div_group(rng):
+    Hq, Hkv = 6, 2
+    q = rng.normal(size=(2, Hq, 3, 4))
+    k = rng.normal(size=(2, Hkv, 5, 4))
+    v = rng.normal(size=(2, Hkv, 5, 3))
+    out = scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    assert out.shape == (2, Hq, 3, 3)
+    for h in range(Hq):
+        g = h // (Hq // Hkv)  # 0, 0, 0, 1, 1, 1 (not h % Hkv = 0, 1, 0, 1, 0, 1)
+        np.testing.assert_array_equal(out[:, h], scaled_dot_product_attention(q[:, h], k[:, g], v[:, g]))
+
+
+def test_gqa_equals_explicitly_repeated_heads(rng):
+    q = rng.normal(size=(4, 3, 5))
+    k = rng.normal(size=(2, 6, 5))
+    v = rng.normal(size=(2, 6, 2))
+    mask = causal_mask(3, 6, alignment="bottom-right")
+    np.testing.assert_allclose(
+        scaled_dot_product_attention(q, k, v, enable_gqa=True, mask=mask),
+        scaled_dot_product_attention(q, np.repeat(k, 2, axis=0), np.repeat(v, 2, axis=0), mask=mask),
+        rtol=1e-15,
+    )
+
+
+def test_gqa_with_equal_heads_is_plain_attention(rng):
+    q, k, v = qkv(rng, batch=(3,))
+    np.testing.assert_array_equal(
+        scaled_dot_product_attention(q, k, v, enable_gqa=True), scaled_dot_product_attention(q, k, v)
+    )
+
+
+def test_head_mismatch_without_gqa_is_an_error(rng):
+    q = rng.normal(size=(4, 3, 5))
+    k = rng.normal(size=(2, 6, 5))
+    with pytest.raises(ValueError, match=r"enable_gqa=True"):
+        scaled_dot_product_attention(q, k, k)
+
+
+def test_gqa_heads_must_divide(rng):
+    q = rng.normal(size=(3, 3, 5))
+    k = rng.normal(size=(2, 6, 5))
+    with pytest.raises(ValueError, match=r"multiple of the number of key/value heads.*3 heads.*2 heads"):
+        scaled_dot_product_attention(q, k, k, enable_gqa=True)
+
+
+def test_gqa_needs_a_head_axis(rng):
+    q, k, v = qkv(rng)
+    with pytest.raises(ValueError, match=r"^q must have at least 3 dimensions"):
+        scaled_dot_product_attention(q, k, v, enable_gqa=True)
+
+
+def test_gqa_k_and_v_heads_must_agree(rng):
+    q = rng.normal(size=(4, 3, 5))
+    with pytest.raises(ValueError, match=r"k and v must have the same number of heads"):
+        scaled_dot_product_attention(q, rng.normal(size=(2, 6, 5)), rng.normal(size=(1, 6, 5)), enable_gqa=True)
+
+
+# --- dtypes -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_dtype_in_is_dtype_out(rng, dtype):
+    q, k, v = qkv(rng, dtype=dtype)
+    out, w = scaled_dot_product_attention(q, k, v, mask=causal_mask(3, 4), return_weights=True)
+    assert out.dtype == dtype and w.dtype == dtype
+    ref = scaled_dot_product_attention(*(a.astype(np.float64) for a in (q, k, v)), mask=causal_mask(3, 4))
+    tol = {np.float16: 2e-3, np.float32: 1e-6, np.float64: 1e-15}[dtype]
+    np.testing.assert_allclose(out.astype(np.float64), ref, rtol=tol, atol=tol)
+
+
+def test_integers_give_float64():
+    q = np.array([[1, 0], [0, 1]])
+    out = scaled_dot_product_attention(q, q, np.array([[1, 2], [3, 4]], dtype=np.int32))
+    assert out.dtype == np.float64
+    np.testing.assert_allclose(out, scaled_dot_product_attention(q.astype(float), q.astype(float), [[1.0, 2], [3, 4]]))
+
+
+def test_mixed_float_dtypes_promote():
+    q = np.ones((2, 2), dtype=np.float16)
+    assert scaled_dot_product_attention(q, q.astype(np.float32), q).dtype == np.float32
+    assert scaled_dot_product_attention(q, q, q.astype(np.float64)).dtype == np.float64
+
+
+def test_float16_accumulates_in_float32():
+    # 4096 keys with equal scores and values 1: every weight is 2**-12 and the
+    # output exactly 1. A float16 running sum stalls (0.5 + 2**-12 rounds to 0.5).
+    S = 4096
+    q = np.zeros((1, 2), dtype=np.float16)
+    k = np.zeros((S, 2), dtype=np.float16)
+    v = np.ones((S, 1), dtype=np.float16)
+    out, w = scaled_dot_product_attention(q, k, v, return_weights=True)
+    assert out.dtype == np.float16
+    np.testing.assert_array_equal(out, [[1.0]])
+    np.testing.assert_array_equal(w, np.full((1, S), 2.0**-12, dtype=np.float16))
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_extreme_logits_stay_finite(dtype, sign):
+    # scores = q k^T with scale 1 reach +-1e4
+    q = np.array([[100.0], [-100.0], [1.0]], dtype=dtype) * sign
+    k = np.array([[100.0], [-100.0], [0.0], [99.0]], dtype=dtype)
+    v = np.arange(8.0, dtype=dtype).reshape(4, 2)
+    out, w = scaled_dot_product_attention(q, k, v, scale=1.0, return_weights=True)
+    assert np.all(np.isfinite(out)) and np.all(np.isfinite(w))
+    np.testing.assert_allclose(w.astype(np.float64).sum(-1), 1.0, rtol=1e-3)
+    winner = 0 if sign > 0 else 1
+    np.testing.assert_allclose(out[0].astype(np.float64), v[winner].astype(np.float64), rtol=1e-3, atol=1e-6)
+
+
+# --- broadcasting -----------------------------------------------------------
+
+
+def test_leading_axes_broadcast(rng):
+    q = rng.normal(size=(2, 1, 3, 4))
+    k = rng.normal(size=(1, 5, 6, 4))
+    v = rng.normal(size=(5, 6, 2))
+    out = scaled_dot_product_attention(q, k, v)
+    assert out.shape == (2, 5, 3, 2)
+    for b in range(2):
+        for h in range(5):
+            np.testing.assert_allclose(out[b, h], scaled_dot_product_attention(q[b, 0], k[0, h], v[h]), rtol=1e-14)
+
+
+def test_v_with_more_batch_axes_than_q_and_k(rng):
+    q, k, _ = qkv(rng, L=2, S=4)
+    v = rng.normal(size=(3, 4, 5))
+    out = scaled_dot_product_attention(q, k, v)
+    assert out.shape == (3, 2, 5)
+    for b in range(3):
+        np.testing.assert_allclose(out[b], scaled_dot_product_attention(q, k, v[b]), rtol=1e-14)
+
+
+def test_padding_mask_broadcasts_over_queries(rng, reference_attention):
+    q, k, v = qkv(rng, batch=(2,), L=3, S=5)
+    mask = padding_mask([5, 2], 5)  # (B, 1, S)
+    out = scaled_dot_product_attention(q, k, v, mask=mask)
+    np.testing.assert_allclose(out[1], scaled_dot_product_attention(q[1], k[1, :2], v[1, :2]), rtol=1e-14)
+    np.testing.assert_allclose(out, reference_attention(q, k, v, allowed=mask)[0], rtol=1e-12)
+
+
+def test_per_head_masks(rng):
+    q, k, v = qkv(rng, batch=(2, 3), L=4, S=4)
+    masks = np.stack([causal_mask(4), np.ones((4, 4), bool), np.eye(4, dtype=bool)])  # (H, L, S)
+    out = scaled_dot_product_attention(q, k, v, mask=masks)
+    for h in range(3):
+        np.testing.assert_array_equal(out[:, h], scaled_dot_product_attention(q[:, h], k[:, h], v[:, h], mask=masks[h]))
+    np.testing.assert_allclose(out[:, 2], v[:, 2], rtol=1e-15)  # the identity mask picks v row i
+
+
+def test_one_dimensional_mask_is_a_key_mask(rng):
+    q, k, v = qkv(rng, L=3, S=4)
+    key_mask = np.array([True, False, True, False])
+    np.testing.assert_array_equal(
+        scaled_dot_product_attention(q, k, v, mask=key_mask),
+        scaled_dot_product_attention(q, k, v, mask=np.broadcast_to(key_mask, (3, 4))),
+    )
+
+
+def test_mask_with_more_leading_axes_than_q(rng):
+    q, k, v = qkv(rng, L=3, S=4)
+    masks = np.stack([causal_mask(3, 4), ~np.zeros((3, 4), bool)])  # (2, L, S)
+    out, w = scaled_dot_product_attention(q, k, v, mask=masks, return_weights=True)
+    assert out.shape == (2, 3, 5) and w.shape == (2, 3, 4)
+    np.testing.assert_array_equal(out[1], scaled_dot_product_attention(q, k, v))
+
+
+# --- empty axes -------------------------------------------------------------
+
+
+def test_no_keys_gives_zeros(rng):
+    q = rng.normal(size=(3, 4))
+    out, w = scaled_dot_product_attention(q, np.zeros((0, 4)), np.zeros((0, 2)), return_weights=True)
+    np.testing.assert_array_equal(out, np.zeros((3, 2)))
+    assert w.shape == (3, 0)
+
+
+def test_no_queries_gives_empty_output(rng):
+    _, k, v = qkv(rng)
+    out = scaled_dot_product_attention(np.zeros((2, 0, 5)), k, v, is_causal=True)
+    assert out.shape == (2, 0, 5)
+
+
+# --- NaN --------------------------------------------------------------------
+
+
+def test_nan_in_a_query_row_stays_in_that_row(rng):
+    q, k, v = qkv(rng, L=3, S=4)
+    q[1, 2] = np.nan
+    out, w = scaled_dot_product_attention(q, k, v, return_weights=True)
+    assert np.all(np.isnan(out[1])) and np.all(np.isnan(w[1]))
+    assert np.all(np.isfinite(out[[0, 2]])) and np.all(np.isfinite(w[[0, 2]]))
+
+
+def test_nan_in_the_bias_stays_in_its_row(rng):
+    q, k, v = qkv(rng, L=3, S=4)
+    bias = np.zeros((3, 4))
+    bias[2, 0] = np.nan
+    out, w = scaled_dot_product_attention(q, k, v, bias=bias, return_weights=True)
+    assert np.all(np.isnan(w[2])) and np.all(np.isnan(out[2]))
+    assert np.all(np.isfinite(out[:2]))
+
+
+# --- dropout ----------------------------------------------------------------
+
+
+def test_dropout_needs_a_generator(rng):
+    q, k, v = qkv(rng)
+    with pytest.raises(TypeError, match=r"rng must be a numpy.random.Generator"):
+        scaled_dot_product_attention(q, k, v, dropout_p=0.1)
+    with pytest.raises(TypeError, match=r"rng must be a numpy.random.Generator.*int"):
+        scaled_dot_product_attention(q, k, v, dropout_p=0.1, rng=0)
+    with pytest.raises(TypeError, match=r"rng must be a numpy.random.Generator.*RandomState"):
+        scaled_dot_product_attention(q, k, v, dropout_p=0.1, rng=np.random.RandomState(0))
+
+
+@pytest.mark.parametrize("p", [-0.1, 1.0, 1.5])
+def test_dropout_p_outside_unit_interval(rng, p):
+    q, k, v = qkv(rng)
+    with pytest.raises(ValueError, match=r"dropout_p must be"):
+        scaled_dot_product_attention(q, k, v, dropout_p=p, rng=rng)
+
+
+def test_dropout_zero_ignores_rng(rng):
+    q, k, v = qkv(rng)
+    np.testing.assert_array_equal(
+        scaled_dot_product_attention(q, k, v, dropout_p=0.0, rng=None), scaled_dot_product_attention(q, k, v)
+    )
+
+
+def test_dropout_is_inverted_and_unbiased(rng):
+    q, k, v = qkv(rng, L=3, S=4)
+    p = 0.25
+    _, clean = scaled_dot_product_attention(q, k, v, return_weights=True)
+    n = 4000
+    qb = np.broadcast_to(q, (n, 3, 5))
+    out, w = scaled_dot_product_attention(qb, k, v, dropout_p=p, rng=np.random.default_rng(7), return_weights=True)
+    # every weight is either dropped or scaled by 1 / (1 - p)
+    kept = w != 0
+    np.testing.assert_allclose(w[kept], np.broadcast_to(clean / (1 - p), w.shape)[kept], rtol=1e-14)
+    assert 0.2 < 1 - kept.mean() < 0.3
+    # the output uses the dropped weights
+    np.testing.assert_allclose(out, w @ v, rtol=1e-12, atol=1e-14)
+    # E[w] = clean: standard error per entry is at most sqrt(p / (1 - p) / n) ~ 0.009
+    np.testing.assert_allclose(w.mean(0), clean, atol=0.04)
+    np.testing.assert_allclose(out.mean(0), clean @ v, atol=0.1)
+
+
+def test_dropout_is_deterministic_given_the_seed(rng):
+    q, k, v = qkv(rng, batch=(2,))
+    a = scaled_dot_product_attention(q, k, v, dropout_p=0.5, rng=np.random.default_rng(3))
+    b = scaled_dot_product_attention(q, k, v, dropout_p=0.5, rng=np.random.default_rng(3))
+    c = scaled_dot_product_attention(q, k, v, dropout_p=0.5, rng=np.random.default_rng(4))
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, c)

@@ -1,0 +1,169 @@
+"""Property-based tests (hypothesis) for softmax, masks and scaled_dot_product_attention."""
+
+import numpy as np
+import pytest
+
+from attention_ref import (
+    causal_mask,
+    log_softmax,
+    logsumexp,
+    mask_to_bias,
+    scaled_dot_product_attention,
+    softmax,
+)
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from hypothesis.extra import numpy as hnp  # noqa: E402
+
+dims = st.integers(min_value=1, max_value=5)
+moderate = st.floats(min_value=-30, max_value=30, allow_nan=False, width=64)
+wide = st.floats(min_value=-1e4, max_value=1e4, allow_nan=False, width=64)
+
+
+def arrays(shape, elements=moderate):
+    return hnp.arrays(np.float64, shape, elements=elements)
+
+
+@st.composite
+def matrices(draw, elements=moderate):
+    return draw(arrays((draw(dims), draw(dims)), elements))
+
+
+@st.composite
+def attention_inputs(draw, heads=False):
+    """Random (q, k, v, mask) with small shapes; the mask may have fully masked rows.
+
+    Hypothesis draws the shapes, a seed and the mask density; NumPy draws the
+    values (much faster than element-wise strategies, still reproducible).
+    """
+    L, S, E, Ev = draw(dims), draw(dims), draw(dims), draw(dims)
+    batch = (draw(st.integers(1, 3)),) if heads else ()
+    gen = np.random.default_rng(draw(st.integers(0, 2**32 - 1), label="seed"))
+    spread = draw(st.sampled_from([0.1, 1.0, 3.0]), label="spread")
+    q = gen.normal(scale=spread, size=(*batch, L, E))
+    k = gen.normal(scale=spread, size=(*batch, S, E))
+    v = gen.normal(size=(*batch, S, Ev))
+    mask = gen.random((L, S)) < draw(st.sampled_from([0.0, 0.3, 0.7, 1.0]), label="density")
+    return q, k, v, mask
+
+
+# --- softmax ----------------------------------------------------------------
+
+
+@given(matrices(wide), st.sampled_from([0, 1, -1]))
+def test_softmax_rows_sum_to_one_and_lie_in_unit_interval(x, axis):
+    w = softmax(x, axis=axis)
+    assert np.all((w >= 0) & (w <= 1))
+    np.testing.assert_allclose(w.sum(axis=axis), 1.0, rtol=1e-12)
+
+
+@given(matrices(wide), st.floats(-1e3, 1e3))
+def test_softmax_is_shift_invariant_per_row(x, c):
+    shift = np.arange(x.shape[0])[:, None] * c  # a different constant per row
+    np.testing.assert_allclose(softmax(x + shift), softmax(x), rtol=1e-9, atol=1e-12)
+
+
+@given(matrices(wide))
+def test_log_softmax_is_log_of_softmax(x):
+    w, lw = softmax(x), log_softmax(x)
+    np.testing.assert_allclose(np.exp(lw), w, rtol=1e-10, atol=1e-300)
+    visible = w > 1e-300  # where log(softmax) is finite and not denormal
+    np.testing.assert_allclose(lw[visible], np.log(w[visible]), rtol=1e-10, atol=1e-10)
+    assert np.all(lw <= 0)
+
+
+@given(matrices(st.floats(-50, 50)))
+def test_logsumexp_matches_direct_computation(x):
+    # With |x| <= 50 the unshifted sum neither overflows nor underflows in float64.
+    np.testing.assert_allclose(logsumexp(x), np.log(np.sum(np.exp(x), axis=-1)), rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(softmax(x), np.exp(x - logsumexp(x, keepdims=True)), rtol=1e-12, atol=1e-300)
+
+
+# --- masks ------------------------------------------------------------------
+
+
+@given(dims, dims, st.sampled_from(["top-left", "bottom-right"]))
+def test_causal_mask_definition(L, S, alignment):
+    m = causal_mask(L, S, alignment=alignment)
+    offset = 0 if alignment == "top-left" else S - L
+    for i in range(L):
+        for j in range(S):
+            assert m[i, j] == (j <= i + offset)
+
+
+# --- attention --------------------------------------------------------------
+
+
+@given(attention_inputs(heads=True))
+def test_sdpa_weights_rows_sum_to_one_or_zero(inputs):
+    q, k, v, mask = inputs
+    out, w = scaled_dot_product_attention(q, k, v, mask=mask, return_weights=True)
+    sums = w.sum(-1)
+    empty = ~mask.any(-1)  # (L,)
+    np.testing.assert_allclose(sums[..., ~empty], 1.0, rtol=1e-12)
+    np.testing.assert_array_equal(sums[..., empty], 0.0)
+    np.testing.assert_array_equal(out[..., empty, :], 0.0)
+
+
+@given(attention_inputs(heads=True), st.sampled_from([None, 0.0, 0.3, 2.0]), st.booleans())
+def test_sdpa_equals_independent_float64_formula(reference_attention, inputs, scale, with_bias):
+    q, k, v, mask = inputs
+    bias = np.linspace(-1, 1, mask.size).reshape(mask.shape) if with_bias else None
+    out, w = scaled_dot_product_attention(q, k, v, mask=mask, bias=bias, scale=scale, return_weights=True)
+    ref_out, ref_w = reference_attention(q, k, v, allowed=mask, bias=bias, scale=scale)
+    np.testing.assert_allclose(w, ref_w, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(out, ref_out, rtol=1e-12, atol=1e-13)
+
+
+@given(attention_inputs(), st.permutations(range(6)), st.permutations(range(6)))
+def test_permutation_equivariance(inputs, rows, cols):
+    """Without positions, attention is a function of sets: permuting queries permutes
+    the output rows, permuting keys together with values (and mask columns) changes nothing."""
+    q, k, v, mask = inputs
+    rows = [i for i in rows if i < q.shape[0]]
+    cols = [j for j in cols if j < k.shape[0]]
+    out = scaled_dot_product_attention(q, k, v, mask=mask)
+    permuted_queries = scaled_dot_product_attention(q[rows], k, v, mask=mask[rows])
+    np.testing.assert_allclose(permuted_queries, out[rows], rtol=1e-13, atol=1e-14)
+    permuted_keys = scaled_dot_product_attention(q, k[cols], v[cols], mask=mask[:, cols])
+    np.testing.assert_allclose(permuted_keys, out, rtol=1e-12, atol=1e-13)
+
+
+@given(attention_inputs(), st.sampled_from(["top-left", "bottom-right"]), st.data())
+def test_causal_attention_does_not_leak_the_future(inputs, alignment, data):
+    q, k, v, _ = inputs
+    L, S = q.shape[0], k.shape[0]
+    cut = data.draw(st.integers(0, S - 1), label="first changed key")
+    k2, v2 = k.copy(), v.copy()
+    k2[cut:] += data.draw(st.floats(0.5, 5.0), label="perturbation")
+    v2[cut:] -= 1.0
+    a = scaled_dot_product_attention(q, k, v, is_causal=True, causal_alignment=alignment)
+    b = scaled_dot_product_attention(q, k2, v2, is_causal=True, causal_alignment=alignment)
+    offset = 0 if alignment == "top-left" else S - L
+    unaffected = np.arange(L) + offset < cut  # query i sees keys up to i + offset
+    np.testing.assert_array_equal(a[unaffected], b[unaffected])
+
+
+@given(st.integers(1, 3), st.integers(1, 3), dims, dims, dims, st.integers(0, 2**32 - 1))
+def test_gqa_equals_repeated_heads(n_kv, group, L, S, E, seed):
+    gen = np.random.default_rng(seed)
+    q = gen.normal(size=(2, n_kv * group, L, E))
+    k = gen.normal(size=(2, n_kv, S, E))
+    v = gen.normal(size=(2, n_kv, S, 2))
+    got = scaled_dot_product_attention(q, k, v, enable_gqa=True, is_causal=True)
+    want = scaled_dot_product_attention(q, np.repeat(k, group, axis=1), np.repeat(v, group, axis=1), is_causal=True)
+    np.testing.assert_allclose(got, want, rtol=1e-14, atol=1e-15)
+
+
+@given(attention_inputs(heads=True))
+@settings(max_examples=25)
+def test_mask_to_bias_as_bias_equals_mask(inputs):
+    q, k, v, mask = inputs
+    np.testing.assert_allclose(
+        scaled_dot_product_attention(q, k, v, bias=mask_to_bias(mask)),
+        scaled_dot_product_attention(q, k, v, mask=mask),
+        rtol=1e-14,
+        atol=1e-15,
+    )
