@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ._kernel import dense_attention
 from ._validation import (
     as_bool_mask,
     as_real_array,
@@ -80,6 +81,14 @@ class AttentionProblem:
             minus_inf = np.where(allowed, 0.0, -np.inf).astype(self.q.dtype, copy=False)
             total = minus_inf if total is None else total + minus_inf
         return total
+
+
+def _scores(p: AttentionProblem) -> np.ndarray:
+    """Scaled scores plus every additive term, shape (..., L, S)."""
+    scores = p.q @ np.swapaxes(p.k, -1, -2)  # (..., L, S)
+    scores *= p.scale
+    extra = p.additive()
+    return scores if extra is None else scores + extra
 
 
 def prepare_attention(
@@ -320,17 +329,18 @@ def scaled_dot_product_attention(
     if dropout_p > 0:
         check_generator(rng)
 
-    scores = p.q @ np.swapaxes(p.k, -1, -2)  # (..., L, S)
-    scores *= p.scale
-    extra = p.additive()
-    if extra is not None:
-        scores = scores + extra
-    weights = softmax(scores, axis=-1)
+    if dropout_p == 0:
+        # The same formula, evaluated in cache-sized blocks of queries in place;
+        # `out` does not depend on whether the weights are asked for as well.
+        out = dense_attention(p)
+        if not return_weights:
+            return out
+    weights = softmax(_scores(p), axis=-1)  # (..., L, S)
     if dropout_p > 0:
         keep = rng.random(weights.shape) >= dropout_p
         weights = weights * keep / (1.0 - dropout_p)
-    out = np.broadcast_to(weights @ p.v, p.out_shape)  # (..., L, Ev)
-    out = np.ascontiguousarray(out, dtype=p.out_dtype)
+        out = np.broadcast_to(weights @ p.v, p.out_shape)  # (..., L, Ev)
+        out = np.ascontiguousarray(out, dtype=p.out_dtype)
     if return_weights:
         return out, weights.astype(p.out_dtype, copy=False)
     return out

@@ -1,0 +1,120 @@
+"""The fast exact kernel behind the dense attention path.
+
+It computes exactly what the textbook formula computes, row by row, but in
+blocks of queries so that the (block, S) slice of scores stays in cache, with
+every step done in place, and the softmax normalisation applied to the
+(block, Ev) output instead of the (block, S) weights. Blocks are independent,
+so they run on a small thread pool: NumPy releases the GIL inside matmul and
+ufuncs.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+__all__: list[str] = []  # private module
+
+#: Queries per block: (QUERY_BLOCK, S) scores in float64 stay within a few MiB.
+QUERY_BLOCK = 256
+#: Below this many score entries threads cost more than they save.
+_PARALLEL_MIN = 1 << 20
+
+_pool: ThreadPoolExecutor | None = None
+_blas_controller = None
+
+
+def _one_blas_thread():
+    """Context manager limiting BLAS to one thread while our own threads run.
+
+    Two Python threads each calling a multi-threaded BLAS oversubscribe the
+    cores; with threadpoolctl installed each block's matmul runs on one
+    BLAS thread instead. Without it the blocks run serially (returns None).
+    """
+    global _blas_controller
+    if _blas_controller is None:
+        try:
+            from threadpoolctl import ThreadpoolController
+        except ImportError:
+            _blas_controller = False
+        else:
+            _blas_controller = ThreadpoolController()
+    if _blas_controller is False:
+        return None
+    return _blas_controller.limit(limits=1, user_api="blas")
+
+
+def _get_pool() -> ThreadPoolExecutor | None:
+    """A process-wide pool with one worker per core (None on a single core)."""
+    global _pool
+    n = os.cpu_count() or 1
+    if n < 2:
+        return None
+    if _pool is None:
+        _pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="attention_ref")
+    return _pool
+
+
+def softmax_rows_times(scores, v, out):
+    """Write ``softmax(scores, axis=-1) @ v`` into `out`, overwriting `scores`.
+
+    ``scores`` (l, S) holds scaled scores with any additive terms already
+    added; rows whose maximum is ``-inf`` (no allowed key) give zeros.
+    """
+    m = scores.max(axis=-1, keepdims=True)  # (l, 1)
+    m[~np.isfinite(m)] = 0.0  # fully masked rows: exp(-inf - 0) = 0
+    scores -= m
+    np.exp(scores, out=scores)  # unnormalised weights, each <= 1
+    total = scores.sum(axis=-1, keepdims=True)  # (l, 1)
+    total[total == 0] = 1.0  # zero rows stay zero instead of 0/0
+    np.matmul(scores, v, out=out)
+    out /= total
+
+
+def dense_attention(problem) -> np.ndarray:
+    """Attention output for a checked ``AttentionProblem`` (no weights, no dropout)."""
+    p = problem
+    batch = p.out_shape[:-2]
+    L, S = p.n_queries, p.n_keys
+    Ev = p.v.shape[-1]
+    if S == 0 or L == 0 or Ev == 0 or 0 in batch:
+        # No keys: every row is fully masked, so the output is zeros.
+        return np.zeros((*batch, L, Ev), dtype=p.out_dtype)
+    out = np.empty((*batch, L, Ev), dtype=p.q.dtype)
+    q = np.broadcast_to(p.q, batch + p.q.shape[-2:])
+    kt = np.swapaxes(np.broadcast_to(p.k, batch + p.k.shape[-2:]), -1, -2)  # (..., E, S)
+    v = np.broadcast_to(p.v, batch + p.v.shape[-2:])
+    starts = range(0, L, QUERY_BLOCK)
+    extras = {}
+    for r0 in starts:
+        extra = p.additive(slice(r0, r0 + QUERY_BLOCK), slice(None))
+        if extra is not None:
+            extra = np.broadcast_to(extra, batch + extra.shape[-2:])
+        extras[r0] = extra
+
+    def block(task):
+        idx, r0 = task
+        rows = slice(r0, r0 + QUERY_BLOCK)
+        scores = q[(*idx, rows)] @ kt[idx]  # (l, S)
+        scores *= p.scale
+        extra = extras[r0]
+        if extra is not None:
+            scores += extra[idx]
+        with np.errstate(invalid="ignore", over="ignore"):
+            softmax_rows_times(scores, v[idx], out[(*idx, rows)])
+
+    tasks = [(idx, r0) for idx in np.ndindex(*batch) for r0 in starts]
+    pool = _get_pool()
+    limit = None
+    if pool is not None and len(tasks) > 1 and np.prod(batch, dtype=np.int64) * L * S >= _PARALLEL_MIN:
+        limit = _one_blas_thread()
+    if limit is not None:
+        with limit:
+            for _ in pool.map(block, tasks):
+                pass
+    else:
+        for task in tasks:
+            block(task)
+    return out.astype(p.out_dtype, copy=False)

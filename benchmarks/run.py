@@ -1,0 +1,214 @@
+"""Benchmark attention_ref against PyTorch's CPU kernel, side by side in one run.
+
+Prints a table and, with ``--write PATH``, records the figures (and the machine
+they ran on) as JSON for the book's Performance chapter. Run it with
+``make bench``; timings are the best of several repeats, interleaved so that
+both implementations see the same machine load. Ratios are what to quote.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+
+import attention_ref as ar
+
+SHAPE_BH = (1, 8)  # batch, heads
+E = 64
+LENGTHS = (512, 1024, 2048)
+DTYPES = ("float32", "float64")
+
+
+def machine() -> dict:
+    """Describe the machine: CPU model, cores, library versions and BLAS."""
+    cpu = platform.processor() or "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    info = {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+    }
+    try:
+        from threadpoolctl import threadpool_info
+
+        blas = [f"{p['internal_api']} {p['version']} ({p.get('architecture')}, {p['num_threads']} threads)"
+                for p in threadpool_info()]
+        info["blas"] = "; ".join(blas)
+    except ImportError:
+        info["blas"] = "unknown (threadpoolctl not installed)"
+    try:
+        import torch
+
+        info["torch"] = f"{torch.__version__} ({torch.get_num_threads()} threads)"
+    except ImportError:
+        info["torch"] = None
+    return info
+
+
+def best_time(fn, repeats: int) -> float:
+    """Best wall time of `repeats` calls (seconds), after one warm-up call."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def bench_kernels(repeats: int) -> list[dict]:
+    """Time dense, blockwise and torch SDPA at (1, 8, L, 64), L = S."""
+    try:
+        import torch
+        import torch.nn.functional as F
+    except ImportError:
+        torch = None
+    rows = []
+    rng = np.random.default_rng(0)
+    for dtype in DTYPES:
+        for L in LENGTHS:
+            q, k, v = (rng.standard_normal((*SHAPE_BH, L, E)).astype(dtype) for _ in range(3))
+            cands = {
+                "dense": lambda q=q, k=k, v=v: ar.scaled_dot_product_attention(q, k, v),
+                "blockwise": lambda q=q, k=k, v=v: ar.blockwise_attention(q, k, v),
+            }
+            if torch is not None:
+                t = [torch.from_numpy(a) for a in (q, k, v)]
+                cands["torch"] = lambda t=t: F.scaled_dot_product_attention(*t)
+            # Interleave: every candidate once per round, best of the rounds.
+            best = {name: float("inf") for name in cands}
+            for fn in cands.values():
+                fn()
+            for _ in range(repeats):
+                for name, fn in cands.items():
+                    t0 = time.perf_counter()
+                    fn()
+                    best[name] = min(best[name], time.perf_counter() - t0)
+            row = {"dtype": dtype, "L": L, **{f"{n}_s": t for n, t in best.items()}}
+            if "torch" in best:
+                row["dense_ratio"] = best["dense"] / best["torch"]
+                row["blockwise_ratio"] = best["blockwise"] / best["torch"]
+            rows.append(row)
+            gc.collect()
+    return rows
+
+
+def bench_memory(n: int, block_size: int | None) -> dict:
+    """Peak memory growth (tracemalloc) of causal blockwise attention at L = S = n, E = 64, float64."""
+    rng = np.random.default_rng(1)
+    q, k, v = (rng.standard_normal((n, E)) for _ in range(3))
+    kwargs = {} if block_size is None else {"block_size": block_size}
+    gc.collect()
+    tracemalloc.start()
+    tracemalloc.reset_peak()
+    base = tracemalloc.get_traced_memory()[0]
+    t0 = time.perf_counter()
+    out = ar.blockwise_attention(q, k, v, is_causal=True, **kwargs)
+    seconds = time.perf_counter() - t0
+    peak = tracemalloc.get_traced_memory()[1] - base
+    tracemalloc.stop()
+    assert np.isfinite(out).all()
+    return {
+        "n": n,
+        "peak_growth_MiB": peak / 2**20,
+        "output_MiB": out.nbytes / 2**20,
+        "dense_scores_MiB": n * n * 8 / 2**20,
+        "seconds": seconds,
+    }
+
+
+def bench_import(repeats: int = 7) -> dict:
+    """Best wall time of a fresh interpreter importing attention_ref, minus a bare interpreter."""
+
+    def run(code: str) -> float:
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-c", code], check=True)
+        return time.perf_counter() - t0
+
+    bare = min(run("pass") for _ in range(repeats))
+    full = min(run("import attention_ref") for _ in range(repeats))
+    probe = subprocess.run(
+        [sys.executable, "-c", "import sys, attention_ref; print('matplotlib' in sys.modules)"],
+        check=True, capture_output=True, text=True,
+    )
+    return {"import_s": full - bare, "interpreter_s": bare, "matplotlib_imported": probe.stdout.strip() == "True"}
+
+
+def fmt_table(rows: list[dict]) -> str:
+    """The kernel timings as a fixed-width table."""
+    head = (
+        f"{'dtype':8} {'L':>5} {'dense ms':>9} {'block ms':>9} {'torch ms':>9} "
+        f"{'dense/torch':>11} {'block/torch':>11}"
+    )
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        t = r.get("torch_s")
+        lines.append(
+            f"{r['dtype']:8} {r['L']:>5} {1e3 * r['dense_s']:>9.1f} {1e3 * r['blockwise_s']:>9.1f} "
+            + (f"{1e3 * t:>9.1f} {r['dense_ratio']:>11.2f} {r['blockwise_ratio']:>11.2f}" if t else f"{'-':>9}")
+        )
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--write", type=Path, help="write the results as JSON to this path")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--memory-n", type=int, default=16384)
+    parser.add_argument("--long-n", type=int, default=65536, help="length of the long run (0 to skip)")
+    args = parser.parse_args(argv)
+
+    info = machine()
+    print("machine:", json.dumps(info, indent=1))
+    rows = bench_kernels(args.repeats)
+    print(fmt_table(rows))
+    memory = bench_memory(args.memory_n, None)
+    print(
+        f"blockwise causal L=S={memory['n']} E={E} float64: peak growth {memory['peak_growth_MiB']:.1f} MiB "
+        f"(output {memory['output_MiB']:.1f} MiB; dense scores would need {memory['dense_scores_MiB']:.0f} MiB), "
+        f"{memory['seconds']:.1f} s"
+    )
+    long = None
+    if args.long_n:
+        long = bench_memory(args.long_n, None)
+        print(
+            f"blockwise causal L=S={long['n']}: finished in {long['seconds']:.1f} s, "
+            f"peak growth {long['peak_growth_MiB']:.1f} MiB"
+        )
+    imp = bench_import()
+    print(f"import attention_ref: {1e3 * imp['import_s']:.0f} ms (matplotlib imported: {imp['matplotlib_imported']})")
+    if args.write:
+        result = {
+            "recorded": time.strftime("%Y-%m-%d", time.gmtime()),
+            "machine": info,
+            "shape": {"batch": SHAPE_BH[0], "heads": SHAPE_BH[1], "E": E},
+            "kernels": rows,
+            "memory": memory,
+            "long_run": long,
+            "import": imp,
+        }
+        args.write.write_text(json.dumps(result, indent=2) + "\n")
+        print(f"wrote {args.write}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
