@@ -1,0 +1,300 @@
+"""Unit tests of blockwise_attention and merge_attention."""
+
+import math
+import tracemalloc
+
+import numpy as np
+import pytest
+
+import attention_ref as ar
+
+ATOL = 1e-12
+
+
+def dense_scores(q, k, *, scale=None, mask=None, bias=None):
+    """Scaled (+ biased, masked with -inf) scores, written out independently of the package."""
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    s = np.einsum("...le,...se->...ls", q, k) * scale
+    if bias is not None:
+        s = s + bias
+    if mask is not None:
+        s = np.where(mask, s, -np.inf)
+    return s
+
+
+def qkv(rng, batch_q, batch_k, L, S, E=4, Ev=3):
+    q = rng.standard_normal((*batch_q, L, E))
+    k = rng.standard_normal((*batch_k, S, E))
+    v = rng.standard_normal((*batch_k, S, Ev))
+    return q, k, v
+
+
+# ---------------------------------------------------------------- hand-checkable cases
+
+
+def test_two_keys_by_hand():
+    # Scores: q0.k0 = 1, q0.k1 = 0, scale 1/sqrt(2); weight on key 0 is sigmoid(1/sqrt(2)).
+    q = np.eye(2)
+    k = np.eye(2)
+    v = np.array([[10.0], [20.0]])
+    w = 1.0 / (1.0 + math.exp(-1.0 / math.sqrt(2.0)))
+    expected = np.array([[10 * w + 20 * (1 - w)], [10 * (1 - w) + 20 * w]])
+    for block in (1, 2, 5, (1, 2), (2, 1)):
+        out, lse = ar.blockwise_attention(q, k, v, block_size=block, return_lse=True)
+        np.testing.assert_allclose(out, expected, rtol=0, atol=ATOL)
+        np.testing.assert_allclose(lse, np.log(np.exp(1 / math.sqrt(2)) + 1.0) * np.ones(2), rtol=0, atol=ATOL)
+
+
+def test_causal_first_row_is_first_value_and_lse_is_its_score():
+    q = np.array([[2.0, 0.0], [1.0, 1.0], [0.0, 3.0]])
+    k = np.array([[1.0, 1.0], [0.0, 1.0], [1.0, 0.0]])
+    v = np.array([[1.0, -1.0], [2.0, 0.0], [3.0, 5.0]])
+    out, lse = ar.blockwise_attention(q, k, v, block_size=1, is_causal=True, return_lse=True)
+    np.testing.assert_array_equal(out[0], v[0])
+    assert lse[0] == pytest.approx(2.0 / math.sqrt(2.0), abs=ATOL)
+
+
+def test_scale_zero_averages_the_allowed_values():
+    rng = np.random.default_rng(0)
+    q, k, v = qkv(rng, (), (), 5, 5)
+    out = ar.blockwise_attention(q, k, v, block_size=2, scale=0.0, is_causal=True)
+    expected = np.cumsum(v, axis=0) / np.arange(1, 6)[:, None]
+    np.testing.assert_allclose(out, expected, rtol=0, atol=ATOL)
+
+
+def test_huge_scores_do_not_overflow():
+    q = np.array([[1000.0, 0.0]])
+    k = np.array([[1000.0, 0.0], [999.0, 0.0], [-1000.0, 0.0]])
+    v = np.array([[1.0], [2.0], [3.0]])
+    out = ar.blockwise_attention(q, k, v, block_size=1, scale=1.0)
+    # Score gap 1000: the second key's weight is exp(-1000) = 0 in float64.
+    np.testing.assert_array_equal(out, [[1.0]])
+
+
+# ---------------------------------------------------------------- equality with the dense function
+
+
+@pytest.mark.parametrize("block", [1, 2, 3, 5, 7, 11, 64, (1, 4), (4, 1), (3, 5), (11, 2)])
+@pytest.mark.parametrize("is_causal", [False, True])
+@pytest.mark.parametrize("alignment", ["top-left", "bottom-right"])
+@pytest.mark.parametrize(("L", "S"), [(7, 7), (5, 11), (11, 4)])
+def test_equals_dense_for_every_block_size(rng, block, is_causal, alignment, L, S):
+    q, k, v = qkv(rng, (2, 3), (2, 3), L, S)
+    kw = {"is_causal": is_causal, "causal_alignment": alignment}
+    out, lse = ar.blockwise_attention(q, k, v, block_size=block, return_lse=True, **kw)
+    np.testing.assert_allclose(out, ar.scaled_dot_product_attention(q, k, v, **kw), rtol=0, atol=ATOL)
+    allowed = ar.causal_mask(L, S, alignment=alignment) if is_causal else None
+    np.testing.assert_allclose(lse, ar.logsumexp(dense_scores(q, k, mask=allowed)), rtol=0, atol=ATOL)
+
+
+def test_mask_bias_and_broadcast_batch_axes(rng):
+    q, k, v = qkv(rng, (2, 1), (1, 3), 6, 9)
+    mask = rng.random((3, 6, 9)) < 0.7
+    bias = rng.standard_normal((2, 1, 6, 1))  # one bias per query row and batch
+    kw = {"mask": mask, "bias": bias, "is_causal": True, "causal_alignment": "bottom-right", "scale": 0.3}
+    out, lse = ar.blockwise_attention(q, k, v, block_size=(4, 2), return_lse=True, **kw)
+    assert out.shape == (2, 3, 6, 3)
+    np.testing.assert_allclose(out, ar.scaled_dot_product_attention(q, k, v, **kw), rtol=0, atol=ATOL)
+    allowed = mask & ar.causal_mask(6, 9, alignment="bottom-right")
+    expected_lse = ar.logsumexp(dense_scores(q, k, scale=0.3, mask=allowed, bias=bias))
+    np.testing.assert_allclose(lse, expected_lse, rtol=0, atol=ATOL)
+
+
+def test_values_with_more_batch_axes_than_scores(rng):
+    q = rng.standard_normal((4, 2))
+    k = rng.standard_normal((5, 2))
+    v = rng.standard_normal((3, 5, 2))
+    out = ar.blockwise_attention(q, k, v, block_size=2)
+    np.testing.assert_allclose(out, ar.scaled_dot_product_attention(q, k, v), rtol=0, atol=ATOL)
+
+
+def test_grouped_query_attention(rng):
+    q = rng.standard_normal((2, 6, 5, 4))
+    k = rng.standard_normal((2, 2, 7, 4))
+    v = rng.standard_normal((2, 2, 7, 3))
+    out = ar.blockwise_attention(q, k, v, block_size=3, enable_gqa=True, is_causal=True)
+    # Query head h reads kv head h // 3, written out by hand.
+    expected = np.stack(
+        [ar.scaled_dot_product_attention(q[:, h], k[:, h // 3], v[:, h // 3], is_causal=True) for h in range(6)],
+        axis=1,
+    )
+    np.testing.assert_allclose(out, expected, rtol=0, atol=ATOL)
+
+
+def test_matches_torch_in_float64(rng, torch):
+    import torch.nn.functional as F
+
+    q, k, v = qkv(rng, (2, 2), (2, 2), 9, 9, E=8, Ev=5)
+    got = ar.blockwise_attention(q, k, v, block_size=(2, 3), is_causal=True)
+    want = F.scaled_dot_product_attention(*(torch.from_numpy(a) for a in (q, k, v)), is_causal=True)
+    np.testing.assert_allclose(got, want.numpy(), rtol=0, atol=ATOL)
+
+
+# ---------------------------------------------------------------- empty rows and degenerate sizes
+
+
+def test_fully_masked_rows_give_zeros_and_minus_inf(rng):
+    q, k, v = qkv(rng, (), (), 4, 6)
+    mask = np.ones((4, 6), dtype=bool)
+    mask[1] = False
+    mask[3, :4] = False  # row 3 only sees keys 4, 5 (in a later block)
+    out, lse = ar.blockwise_attention(q, k, v, block_size=2, mask=mask, return_lse=True)
+    np.testing.assert_array_equal(out[1], 0.0)
+    assert lse[1] == -np.inf
+    np.testing.assert_allclose(out, ar.scaled_dot_product_attention(q, k, v, mask=mask), rtol=0, atol=ATOL)
+    assert np.isfinite(lse[[0, 2, 3]]).all()
+
+
+def test_bottom_right_with_more_queries_than_keys(rng):
+    q, k, v = qkv(rng, (), (), 7, 3)
+    out, lse = ar.blockwise_attention(
+        q, k, v, block_size=2, is_causal=True, causal_alignment="bottom-right", return_lse=True
+    )
+    np.testing.assert_array_equal(out[:4], 0.0)
+    np.testing.assert_array_equal(lse[:4], -np.inf)
+    np.testing.assert_array_equal(out[4], v[0])  # query 4 sees only key 0
+
+
+def test_no_keys_and_no_queries(rng):
+    q, k, v = qkv(rng, (2,), (2,), 3, 0)
+    out, lse = ar.blockwise_attention(q, k, v, return_lse=True)
+    np.testing.assert_array_equal(out, np.zeros((2, 3, 3)))
+    np.testing.assert_array_equal(lse, np.full((2, 3), -np.inf))
+    q, k, v = qkv(rng, (2,), (2,), 0, 4)
+    out, lse = ar.blockwise_attention(q, k, v, return_lse=True)
+    assert out.shape == (2, 0, 3)
+    assert lse.shape == (2, 0)
+
+
+# ---------------------------------------------------------------- dtypes
+
+
+@pytest.mark.parametrize(("dtype", "atol"), [(np.float32, 1e-5), (np.float16, 2e-3)])
+def test_low_precision_keeps_dtype_and_accuracy(rng, dtype, atol):
+    q, k, v = (a.astype(dtype) for a in qkv(rng, (2,), (2,), 9, 13))
+    out, lse = ar.blockwise_attention(q, k, v, block_size=4, is_causal=True, return_lse=True)
+    assert out.dtype == dtype
+    assert lse.dtype == dtype
+    exact = ar.scaled_dot_product_attention(*(a.astype(np.float64) for a in (q, k, v)), is_causal=True)
+    np.testing.assert_allclose(out.astype(np.float64), exact, rtol=0, atol=atol)
+
+
+def test_integers_become_float64():
+    x = np.arange(6).reshape(3, 2)
+    out = ar.blockwise_attention(x, x, x, block_size=2)
+    assert out.dtype == np.float64
+    np.testing.assert_allclose(out, ar.scaled_dot_product_attention(x, x, x), rtol=0, atol=ATOL)
+
+
+# ---------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize(
+    ("block", "error", "match"),
+    [
+        (0, ValueError, "block_size"),
+        (-3, ValueError, "block_size"),
+        (2.0, TypeError, "block_size"),
+        (True, TypeError, "block_size"),
+        ((1, 2, 3), ValueError, "block_size"),
+        ((0, 2), ValueError, r"block_size\[0\]"),
+        ((2, 1.5), TypeError, r"block_size\[1\]"),
+    ],
+)
+def test_bad_block_size(block, error, match):
+    x = np.ones((3, 2))
+    with pytest.raises(error, match=match):
+        ar.blockwise_attention(x, x, x, block_size=block)
+
+
+def test_bad_arrays_are_checked_like_the_dense_function():
+    x = np.ones((3, 2))
+    with pytest.raises(ValueError, match="q and k"):
+        ar.blockwise_attention(x, np.ones((3, 4)), x)
+    with pytest.raises(TypeError, match="mask"):
+        ar.blockwise_attention(x, x, x, mask=np.ones((3, 3)))
+    with pytest.raises(ValueError, match="causal_alignment"):
+        ar.blockwise_attention(x, x, x, is_causal=True, causal_alignment="diagonal")
+    with pytest.raises(ValueError, match="enable_gqa"):
+        ar.blockwise_attention(np.ones((4, 3, 2)), np.ones((2, 3, 2)), np.ones((2, 3, 2)))
+
+
+# ---------------------------------------------------------------- memory (not timed)
+
+
+def test_peak_memory_stays_far_below_the_score_matrix():
+    rng = np.random.default_rng(1)
+    n, e = 2048, 64
+    q, k, v = (rng.standard_normal((n, e)) for _ in range(3))
+    dense_bytes = n * n * 8  # the (L, S) float64 score matrix: 32 MiB
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        out = ar.blockwise_attention(q, k, v, block_size=128)
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    assert out.shape == (n, e)
+    assert peak < 8 * 2**20, f"peak {peak / 2**20:.1f} MiB"
+    assert peak < dense_bytes / 4
+
+
+# ---------------------------------------------------------------- merge_attention
+
+
+def test_merge_equal_parts_by_hand():
+    out, lse = ar.merge_attention([np.array([[2.0, 0.0]]), np.array([[4.0, 1.0]])], [np.array([0.0]), np.array([0.0])])
+    np.testing.assert_allclose(out, [[3.0, 0.5]], rtol=0, atol=ATOL)
+    np.testing.assert_allclose(lse, [math.log(2.0)], rtol=0, atol=ATOL)
+
+
+def test_merge_weights_by_normaliser():
+    # Normalisers 1 and 3: the parts weigh 1/4 and 3/4; merged normaliser 4.
+    out, lse = ar.merge_attention((np.array([[4.0]]), np.array([[8.0]])), (np.array([0.0]), np.array([math.log(3.0)])))
+    np.testing.assert_allclose(out, [[7.0]], rtol=0, atol=ATOL)
+    np.testing.assert_allclose(lse, [math.log(4.0)], rtol=0, atol=ATOL)
+
+
+def test_merge_with_empty_parts():
+    a = np.array([[1.0], [0.0]])
+    out, lse = ar.merge_attention([a, np.zeros((2, 1))], [np.array([0.5, -np.inf]), np.array([-np.inf, -np.inf])])
+    np.testing.assert_array_equal(out, a)
+    np.testing.assert_array_equal(lse, [0.5, -np.inf])
+
+
+def test_merge_of_a_split_equals_full_attention(rng):
+    q, k, v = qkv(rng, (2,), (2,), 5, 8)
+    mask = ar.causal_mask(5, 8, alignment="bottom-right")
+    groups = [[0, 5], [1, 2, 7], [3, 4, 6]]
+    parts = [
+        ar.blockwise_attention(q, k[..., g, :], v[..., g, :], mask=mask[:, g], block_size=2, return_lse=True)
+        for g in groups
+    ]
+    out, lse = ar.merge_attention([o for o, _ in parts], [s for _, s in parts])
+    full, full_lse = ar.blockwise_attention(q, k, v, mask=mask, return_lse=True)
+    np.testing.assert_allclose(out, full, rtol=0, atol=ATOL)
+    np.testing.assert_allclose(lse, full_lse, rtol=0, atol=ATOL)
+
+
+def test_merge_keeps_float32():
+    out, lse = ar.merge_attention([np.ones((2, 1), np.float32)] * 2, [np.zeros(2, np.float32)] * 2)
+    assert out.dtype == np.float32
+    assert lse.dtype == np.float32
+
+
+@pytest.mark.parametrize(
+    ("outs", "lses", "error", "match"),
+    [
+        (np.ones((2, 3, 1)), [np.zeros(3)] * 2, TypeError, "outs"),
+        ([np.ones((3, 1))], np.zeros((1, 3)), TypeError, "lses"),
+        ([], [], ValueError, "non-empty"),
+        ([np.ones((3, 1))] * 2, [np.zeros(3)], ValueError, "same length"),
+        ([np.ones((3, 1)), np.ones((3, 2))], [np.zeros(3)] * 2, ValueError, r"outs\[1\]"),
+        ([np.ones((3, 1))] * 2, [np.zeros(3), np.zeros(4)], ValueError, r"lses\[1\]"),
+        ([np.ones(3)], [np.zeros(())], ValueError, "at least 2"),
+        ([np.ones((3, 1), dtype=complex)], [np.zeros(3)], TypeError, r"outs\[0\]"),
+    ],
+)
+def test_merge_bad_input(outs, lses, error, match):
+    with pytest.raises(error, match=match):
+        ar.merge_attention(outs, lses)

@@ -1,0 +1,181 @@
+"""Unit tests of KVCache and decode_step."""
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+import attention_ref as ar
+
+ATOL = 1e-12
+
+
+# ---------------------------------------------------------------- KVCache
+
+
+def test_empty_cache():
+    cache = ar.KVCache()
+    assert len(cache) == 0
+    assert cache.keys is None
+    assert cache.values is None
+    assert cache.capacity == 0
+    assert "empty" in repr(cache)
+
+
+def test_appends_concatenate_along_positions(rng):
+    ks = [rng.standard_normal((2, t, 3)) for t in (4, 1, 0, 2, 1)]
+    vs = [rng.standard_normal((2, t, 5)) for t in (4, 1, 0, 2, 1)]
+    cache = ar.KVCache()
+    for k, v in zip(ks, vs, strict=True):
+        cache.append(k, v)
+    assert len(cache) == 8
+    np.testing.assert_array_equal(cache.keys, np.concatenate(ks, axis=-2))
+    np.testing.assert_array_equal(cache.values, np.concatenate(vs, axis=-2))
+    assert "len=8" in repr(cache)
+
+
+def test_initial_positions_in_constructor():
+    cache = ar.KVCache(np.ones((3, 2)), np.zeros((3, 1)))
+    assert len(cache) == 3
+    np.testing.assert_array_equal(cache.keys, np.ones((3, 2)))
+
+
+def test_views_are_read_only_and_survive_growth():
+    cache = ar.KVCache(np.array([[1.0]]), np.array([[2.0]]))
+    old = cache.keys
+    with pytest.raises(ValueError, match="read-only"):
+        old[0, 0] = 5.0
+    for i in range(10):
+        cache.append(np.array([[float(i)]]), np.array([[0.0]]))
+    np.testing.assert_array_equal(old, [[1.0]])
+    assert len(cache) == 11
+
+
+def test_growth_is_amortised():
+    """One position at a time, the buffers are reallocated only O(log T) times."""
+    cache = ar.KVCache()
+    capacities = []
+    for _ in range(1000):
+        cache.append(np.zeros((2, 1, 4)), np.zeros((2, 1, 4)))
+        if not capacities or cache.capacity != capacities[-1]:
+            capacities.append(cache.capacity)
+    assert len(cache) == 1000
+    assert len(capacities) <= math.ceil(math.log2(1000)) + 1
+    # Each reallocation copies the current contents: the total is below 2 T.
+    assert sum(capacities[:-1]) < 2 * 1000
+
+
+def test_dtype_is_promoted():
+    cache = ar.KVCache(np.ones((1, 2), np.float32), np.ones((1, 2), np.float32))
+    assert cache.keys.dtype == np.float32
+    cache.append(np.full((1, 2), 0.1), np.ones((1, 2)))
+    assert cache.keys.dtype == np.float64
+    assert cache.keys[1, 0] == 0.1  # not rounded through float32
+    assert cache.keys[0, 0] == 1.0
+
+
+@pytest.mark.parametrize(
+    ("k", "v", "error", "match"),
+    [
+        (np.ones((2, 1, 4)), np.ones((2, 1, 3)), ValueError, "k must have shape"),  # E changed
+        (np.ones((2, 1, 3)), np.ones((2, 1, 2)), ValueError, "v must have shape"),  # Ev changed
+        (np.ones((3, 1, 3)), np.ones((3, 1, 3)), ValueError, "k must have shape"),  # batch changed
+        (np.ones((2, 2, 3)), np.ones((2, 1, 3)), ValueError, "same leading shape"),  # T differs
+        (np.ones(3), np.ones(3), ValueError, "k must have at least 2"),
+        (np.ones((2, 1, 3), bool), np.ones((2, 1, 3)), TypeError, "k must hold real"),
+        (np.ones((2, 1, 3)), np.ones((2, 1, 3), complex), TypeError, "v must be real"),
+    ],
+)
+def test_append_bad_input(k, v, error, match):
+    cache = ar.KVCache(np.zeros((2, 4, 3)), np.zeros((2, 4, 3)))
+    with pytest.raises(error, match=match):
+        cache.append(k, v)
+    assert len(cache) == 4
+
+
+def test_constructor_needs_both_or_neither():
+    with pytest.raises(ValueError, match="both k and v"):
+        ar.KVCache(np.ones((2, 2)))
+
+
+# ---------------------------------------------------------------- decode_step
+
+
+def test_first_position_returns_its_value():
+    cache = ar.KVCache()
+    out = ar.decode_step(np.array([[3.0, 1.0]]), np.array([[1.0, 2.0]]), np.array([[7.0, -7.0]]), cache)
+    np.testing.assert_array_equal(out, [[7.0, -7.0]])
+
+
+def test_second_step_by_hand():
+    cache = ar.KVCache()
+    ar.decode_step(np.array([[0.0]]), np.array([[0.0]]), np.array([[1.0]]), cache)
+    # New query 2, new key 1: scores (2*0, 2*1) * 1/sqrt(1); weights softmax(0, 2).
+    out, w = ar.decode_step(np.array([[2.0]]), np.array([[1.0]]), np.array([[3.0]]), cache, return_weights=True)
+    w1 = 1.0 / (1.0 + math.exp(-2.0))
+    np.testing.assert_allclose(w, [[1 - w1, w1]], rtol=0, atol=ATOL)
+    np.testing.assert_allclose(out, [[(1 - w1) * 1.0 + w1 * 3.0]], rtol=0, atol=ATOL)
+
+
+def test_prefill_then_steps_equal_full_causal_attention(rng):
+    n = 9
+    q = rng.standard_normal((2, 3, n, 4))
+    k = rng.standard_normal((2, 3, n, 4))
+    v = rng.standard_normal((2, 3, n, 2))
+    full, full_w = ar.scaled_dot_product_attention(q, k, v, is_causal=True, return_weights=True)
+    cache = ar.KVCache()
+    bounds = [0, 5, 6, 7, 9]  # prefill 5, two single steps, then a 2-token step
+    for a, b in itertools.pairwise(bounds):
+        out, w = ar.decode_step(q[..., a:b, :], k[..., a:b, :], v[..., a:b, :], cache, return_weights=True)
+        assert len(cache) == b
+        np.testing.assert_allclose(out, full[..., a:b, :], rtol=0, atol=ATOL)
+        np.testing.assert_allclose(w, full_w[..., a:b, :b], rtol=0, atol=ATOL)
+
+
+def test_grouped_query_decoding(rng):
+    q = rng.standard_normal((4, 6, 3))
+    k = rng.standard_normal((2, 6, 3))
+    v = rng.standard_normal((2, 6, 3))
+    full = ar.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True, scale=0.5)
+    cache = ar.KVCache()
+    outs = [ar.decode_step(q[:, :4], k[:, :4], v[:, :4], cache, enable_gqa=True, scale=0.5)]
+    for t in (4, 5):
+        outs.append(
+            ar.decode_step(q[:, t : t + 1], k[:, t : t + 1], v[:, t : t + 1], cache, enable_gqa=True, scale=0.5)
+        )
+    np.testing.assert_allclose(np.concatenate(outs, axis=-2), full, rtol=0, atol=ATOL)
+
+
+def test_float32_stays_float32(rng):
+    q, k, v = (rng.standard_normal((3, 4)).astype(np.float32) for _ in range(3))
+    cache = ar.KVCache()
+    out = ar.decode_step(q, k, v, cache)
+    assert out.dtype == np.float32
+    assert cache.keys.dtype == np.float32
+
+
+def test_decode_step_bad_input_leaves_cache_unchanged():
+    cache = ar.KVCache(np.zeros((2, 3)), np.zeros((2, 3)))
+    with pytest.raises(TypeError, match="cache must be a KVCache"):
+        ar.decode_step(np.ones((1, 3)), np.ones((1, 3)), np.ones((1, 3)), cache={})
+    with pytest.raises(ValueError, match="same number of new positions"):
+        ar.decode_step(np.ones((2, 3)), np.ones((1, 3)), np.ones((1, 3)), cache)
+    with pytest.raises(ValueError, match="q and k"):  # E differs: raised after the append, then undone
+        ar.decode_step(np.ones((1, 4)), np.ones((1, 3)), np.ones((1, 3)), cache)
+    with pytest.raises(ValueError, match="k must have shape"):
+        ar.decode_step(np.ones((1, 4)), np.ones((1, 4)), np.ones((1, 3)), cache)
+    with pytest.raises(ValueError, match="scale"):
+        ar.decode_step(np.ones((1, 3)), np.ones((1, 3)), np.ones((1, 3)), cache, scale=np.inf)
+    assert len(cache) == 2
+    np.testing.assert_array_equal(cache.keys, np.zeros((2, 3)))
+
+
+def test_failed_first_step_leaves_cache_empty():
+    cache = ar.KVCache()
+    with pytest.raises(ValueError, match="q and k"):
+        ar.decode_step(np.ones((1, 4)), np.ones((1, 3)), np.ones((1, 3)), cache)
+    assert len(cache) == 0
+    assert cache.keys is None
+    ar.decode_step(np.ones((1, 4)), np.ones((1, 4)), np.ones((1, 2)), cache)  # a fresh E is accepted
+    assert cache.keys.shape == (1, 4)
