@@ -119,27 +119,34 @@ numpydoc_xref_param_type = True
 # tuple, None, ndarray, array_like, ...) become links; shape descriptions such
 # as "shape (..., L, E)" and words like "optional" stay plain text.
 numpydoc_xref_ignore = "all"
+def _xref(role: str, target: str) -> str:
+    """An explicit role: numpydoc leaves an alias that maps a name to itself unlinked under xref_ignore="all"."""
+    return f":{role}:`{target}`"
+
+
 numpydoc_xref_aliases = {
     "Generator": "numpy.random.Generator",
-    "numpy.random.Generator": "numpy.random.Generator",
+    "numpy.random.Generator": _xref("class", "numpy.random.Generator"),
     "dtype": "numpy.dtype",
-    "numpy.dtype": "numpy.dtype",
+    "numpy.dtype": _xref("class", "numpy.dtype"),
     "data-type": "numpy.dtype",
     "float16": "numpy.float16",
     "float32": "numpy.float32",
     "float64": "numpy.float64",
-    "numpy.float16": "numpy.float16",
-    "numpy.float32": "numpy.float32",
-    "numpy.float64": "numpy.float64",
-    "numpy.ndarray": "numpy.ndarray",
+    "numpy.float16": _xref("class", "numpy.float16"),
+    "numpy.float32": _xref("class", "numpy.float32"),
+    "numpy.float64": _xref("class", "numpy.float64"),
+    "numpy.ndarray": _xref("class", "numpy.ndarray"),
     "Axes": "matplotlib.axes.Axes",
-    "matplotlib.axes.Axes": "matplotlib.axes.Axes",
+    "matplotlib.axes.Axes": _xref("class", "matplotlib.axes.Axes"),
     "Figure": "matplotlib.figure.Figure",
-    "matplotlib.figure.Figure": "matplotlib.figure.Figure",
+    "matplotlib.figure.Figure": _xref("class", "matplotlib.figure.Figure"),
     "Colormap": "matplotlib.colors.Colormap",
-    "matplotlib.colors.Colormap": "matplotlib.colors.Colormap",
+    "matplotlib.colors.Colormap": _xref("class", "matplotlib.colors.Colormap"),
     "MultiHeadParams": "attention_ref.MultiHeadParams",
+    "attention_ref.MultiHeadParams": _xref("class", "attention_ref.MultiHeadParams"),
     "KVCache": "attention_ref.KVCache",
+    "attention_ref.KVCache": _xref("class", "attention_ref.KVCache"),
 }
 
 # -- Intersphinx: offline, from inventories shipped in _inventories/ -------------
