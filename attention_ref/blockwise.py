@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 
+from ._kernel import _PARALLEL_MIN, _get_pool, _one_blas_thread
 from ._validation import as_real_array, check_int, result_dtype
 from .attention import AttentionProblem, prepare_attention
 
@@ -64,6 +66,33 @@ def _online_update(m, l, acc, s, v_blk):
     acc *= alpha[..., None]
     acc += s @ v_blk  # (..., bq, Ev)
     m[...] = m_new
+
+
+def _attend_query_block(p, p_off_diagonal, q_rows, kt, vs, rows, block_k, out, lse):
+    """Run the online softmax over the key blocks for one block of query rows.
+
+    ``q_rows`` (..., bq, E) are the queries ``rows``; ``kt`` (..., E, S) and
+    ``vs`` (..., S, Ev) all keys and values. Writes ``out[..., rows, :]`` and
+    ``lse[..., rows]``.
+    """
+    dtype = q_rows.dtype
+    q_rows = q_rows * dtype.type(p.scale)  # scale the (bq, E) queries, not every (bq, bk) tile
+    shape = q_rows.shape[:-1]  # (..., bq)
+    m = np.full(shape, -np.inf, dtype=dtype)
+    l = np.zeros(shape, dtype=dtype)
+    acc = np.zeros((*shape, vs.shape[-1]), dtype=dtype)
+    for c0 in range(0, _key_stop(p, rows.stop), block_k):
+        cols = slice(c0, min(p.n_keys, c0 + block_k))
+        s = q_rows @ kt[..., cols]  # (..., bq, bk)
+        tile_problem = p if _crosses_diagonal(p, rows.start, cols.stop) else p_off_diagonal
+        extra = tile_problem.additive(rows, cols)
+        if extra is not None:
+            s += extra
+        _online_update(m, l, acc, s, vs[..., cols, :])
+    seen = l > 0  # False for rows with no allowed key
+    np.divide(acc, l[..., None], out=out[..., rows, :], where=seen[..., None])
+    np.log(l, out=l, where=seen)
+    np.add(m, l, out=lse[..., rows], where=seen)
 
 
 def blockwise_attention(
@@ -169,7 +198,9 @@ def blockwise_attention(
 
     Extra memory is one tile of scores, :math:`O(b_q b_k)`, plus the running
     state :math:`O(b_q E_v)` and the output, per batch element; the dense
-    function needs :math:`O(L S)`. The arithmetic is the same as the dense
+    function needs :math:`O(L S)`. Query blocks are independent, so large
+    problems run them on a small thread pool (one per core, each with one
+    BLAS thread), as the dense kernel does; each thread holds its own tile. The arithmetic is the same as the dense
     function's, but sums are accumulated in a different order, so results
     agree to rounding (about :math:`10^{-15}` relative in float64), not
     bit for bit.
@@ -236,27 +267,27 @@ def blockwise_attention(
 
     out = np.zeros((*batch, L, ev), dtype=dtype)
     lse = np.full((*batch, L), -np.inf, dtype=dtype)
-    with np.errstate(invalid="ignore", over="ignore"):
-        for r0 in range(0, L, block_q):
-            r1 = min(L, r0 + block_q)
-            rows = slice(r0, r1)
-            q_blk = qs[..., rows, :] * dtype.type(p.scale)  # (..., bq, E)
-            m = np.full((*batch, r1 - r0), -np.inf, dtype=dtype)
-            l = np.zeros((*batch, r1 - r0), dtype=dtype)
-            acc = np.zeros((*batch, r1 - r0, ev), dtype=dtype)
-            for c0 in range(0, _key_stop(p, r1), block_k):
-                c1 = min(S, c0 + block_k)
-                cols = slice(c0, c1)
-                s = q_blk @ kt[..., cols]  # (..., bq, bk)
-                tile_problem = p if _crosses_diagonal(p, r0, c1) else p_off_diagonal
-                extra = tile_problem.additive(rows, cols)
-                if extra is not None:
-                    s += extra
-                _online_update(m, l, acc, s, vs[..., cols, :])
-            seen = l > 0  # False for rows with no allowed key
-            np.divide(acc, l[..., None], out=out[..., rows, :], where=seen[..., None])
-            np.log(l, out=l, where=seen)
-            np.add(m, l, out=lse[..., rows], where=seen)
+
+    def attend(r0):
+        """Fill ``out`` and ``lse`` for the query rows ``r0 : r0 + block_q``."""
+        rows = slice(r0, min(L, r0 + block_q))
+        with np.errstate(invalid="ignore", over="ignore"):  # per thread: errstate is thread-local
+            _attend_query_block(p, p_off_diagonal, qs[..., rows, :], kt, vs, rows, block_k, out, lse)
+
+    # Query blocks are independent: run them on the package's thread pool
+    # (one BLAS thread each) when there is enough work, as the dense kernel does.
+    starts = range(0, L, block_q)
+    pool = _get_pool()
+    limit = None
+    if pool is not None and len(starts) > 1 and math.prod(batch) * L * S >= _PARALLEL_MIN:
+        limit = _one_blas_thread()
+    if limit is None:
+        for r0 in starts:
+            attend(r0)
+    else:
+        with limit:
+            for _ in pool.map(attend, starts):
+                pass
     out = out.astype(p.out_dtype, copy=False)
     if return_lse:
         return out, lse.astype(p.out_dtype, copy=False)
