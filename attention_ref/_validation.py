@@ -163,3 +163,17 @@ def check_exact_ndim(arr: np.ndarray, name: str, ndim: int, layout: str) -> None
     """Raise ValueError unless `arr` has exactly `ndim` axes."""
     if arr.ndim != ndim:
         raise ValueError(f"{name} must have exactly {ndim} dimensions {layout}; got shape {arr.shape}")
+
+
+def check_bool(value, name: str) -> bool:
+    """Return `value` as a Python bool; anything but True/False (or numpy.bool_) is a TypeError."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False; got {value!r} of type {type(value).__name__}")
+    return bool(value)
+
+
+def check_finite(arr: np.ndarray, name: str) -> None:
+    """Raise ValueError if `arr` holds NaN or an infinity."""
+    if not np.all(np.isfinite(arr)):
+        bad = arr[~np.isfinite(arr)]
+        raise ValueError(f"{name} must be finite; got {bad.size} non-finite value(s), e.g. {bad.flat[0]}")

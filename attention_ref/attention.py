@@ -12,6 +12,7 @@ from ._validation import (
     as_bool_mask,
     as_real_array,
     broadcast_shapes,
+    check_bool,
     check_choice,
     check_generator,
     check_ndim,
@@ -85,10 +86,11 @@ class AttentionProblem:
 
 def _scores(p: AttentionProblem) -> np.ndarray:
     """Scaled scores plus every additive term, shape (..., L, S)."""
-    scores = p.q @ np.swapaxes(p.k, -1, -2)  # (..., L, S)
-    scores *= p.scale
-    extra = p.additive()
-    return scores if extra is None else scores + extra
+    with np.errstate(invalid="ignore", over="ignore"):  # non-finite input: NaN rows, no warning
+        scores = p.q @ np.swapaxes(p.k, -1, -2)  # (..., L, S)
+        scores *= p.scale
+        extra = p.additive()
+        return scores if extra is None else scores + extra
 
 
 def prepare_attention(
@@ -98,6 +100,8 @@ def prepare_attention(
     q = as_real_array(q, "q")
     k = as_real_array(k, "k")
     v = as_real_array(v, "v")
+    is_causal = check_bool(is_causal, "is_causal")
+    enable_gqa = check_bool(enable_gqa, "enable_gqa")
     check_ndim(q, "q", 2, "(..., L, E)")
     check_ndim(k, "k", 2, "(..., S, E)")
     check_ndim(v, "v", 2, "(..., S, Ev)")
@@ -166,8 +170,6 @@ def prepare_attention(
         scale = check_real(scale, "scale")
 
     check_choice(causal_alignment, "causal_alignment", ALIGNMENTS)
-    if not isinstance(is_causal, (bool, np.bool_)):
-        raise TypeError(f"is_causal must be True or False; got {is_causal!r}")
     causal_offset = None
     if is_causal:
         causal_offset = 0 if causal_alignment == "top-left" else S - L
@@ -251,8 +253,8 @@ def scaled_dot_product_attention(
     ------
     TypeError
         If an array is complex, boolean or non-numeric (or `mask` is not
-        boolean), `is_causal` is not a bool, or `rng` is not a Generator
-        when dropout is on.
+        boolean), `is_causal`, `enable_gqa` or `return_weights` is not a
+        bool, or `rng` is not a Generator when dropout is on.
     ValueError
         If shapes do not fit: E differs between `q` and `k`, S between `k`
         and `v`, batch or mask shapes do not broadcast, heads do not divide
@@ -263,7 +265,10 @@ def scaled_dot_product_attention(
     --------
     blockwise_attention : Same result without forming the (L, S) matrix.
     multi_head_attention : Projections, heads and output projection.
-    causal_mask, padding_mask, mask_to_bias, softmax
+    causal_mask : The mask ``is_causal`` applies.
+    padding_mask : Hides padded keys.
+    mask_to_bias : The additive form a boolean mask takes here.
+    softmax : Normalises each row of scores.
 
     Notes
     -----
@@ -326,20 +331,23 @@ def scaled_dot_product_attention(
         enable_gqa=enable_gqa,
     )
     dropout_p = check_real(dropout_p, "dropout_p", minimum=0.0, below=1.0)
+    return_weights = check_bool(return_weights, "return_weights")
     if dropout_p > 0:
         check_generator(rng)
 
     if dropout_p == 0:
         # The same formula, evaluated in cache-sized blocks of queries in place;
         # `out` does not depend on whether the weights are asked for as well.
-        out = dense_attention(p)
+        with np.errstate(invalid="ignore", over="ignore"):  # non-finite input: NaN rows, no warning
+            out = dense_attention(p)
         if not return_weights:
             return out
     weights = softmax(_scores(p), axis=-1)  # (..., L, S)
     if dropout_p > 0:
         keep = rng.random(weights.shape) >= dropout_p
         weights = weights * keep / (1.0 - dropout_p)
-        out = np.broadcast_to(weights @ p.v, p.out_shape)  # (..., L, Ev)
+        with np.errstate(invalid="ignore"):  # an infinite value times a zero weight: NaN, no warning
+            out = np.broadcast_to(weights @ p.v, p.out_shape)  # (..., L, Ev)
         out = np.ascontiguousarray(out, dtype=p.out_dtype)
     if return_weights:
         return out, weights.astype(p.out_dtype, copy=False)

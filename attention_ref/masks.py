@@ -66,6 +66,12 @@ def causal_mask(n_queries, n_keys=None, *, alignment="top-left"):
     (bottom-right), entry :math:`(i, j)` is True iff :math:`j \le i + o`.
     Under bottom-right alignment with :math:`L > S` the first
     :math:`L - S` rows are entirely False; attention returns zeros for them.
+    This is the masking of the Transformer decoder, which keeps each position
+    from attending to later ones [1]_.
+
+    References
+    ----------
+    .. [1] A. Vaswani et al., "Attention Is All You Need", NeurIPS, 2017.
 
     Examples
     --------
@@ -188,6 +194,8 @@ def padding_mask(lengths, n_keys):
         lengths = np.asarray(lengths)
     except (TypeError, ValueError) as exc:
         raise TypeError(f"lengths must be an array of integers; got {type(lengths).__name__}: {exc}") from None
+    if lengths.size == 0 and lengths.dtype == np.float64:
+        lengths = lengths.astype(np.int64)  # an empty list: no sequences, nothing to check
     if lengths.dtype.kind not in "iu":
         raise TypeError(f"lengths must hold integers; got dtype {lengths.dtype}")
     if lengths.size and (lengths.min() < 0 or lengths.max() > n_keys):
@@ -234,7 +242,12 @@ def mask_to_bias(mask, dtype=np.float64):
     A finite stand-in such as ``-1e9`` is not representable in float16
     (it overflows to ``-inf``) and, in wider types, leaves a weight of
     :math:`e^{-10^9}` rather than an exact zero; ``-inf`` is exact in every
-    dtype.
+    dtype. Masking by setting scores to :math:`-\infty` before the softmax
+    is how [1]_ keeps the decoder from seeing later positions.
+
+    References
+    ----------
+    .. [1] A. Vaswani et al., "Attention Is All You Need", NeurIPS, 2017.
 
     Examples
     --------

@@ -9,6 +9,7 @@ import numpy as np
 
 from ._validation import (
     as_real_array,
+    check_bool,
     check_generator,
     check_int,
     check_last_dim,
@@ -76,7 +77,8 @@ class MultiHeadParams:
     Raises
     ------
     TypeError
-        If a weight is not a real numeric array or a head count is not an int.
+        If a weight is missing (None) or not a real numeric array, or a head
+        count is not an int.
     ValueError
         If a weight is not 2-D, shapes disagree with each other, or
         `n_kv_heads` does not divide `n_heads`.
@@ -128,6 +130,9 @@ class MultiHeadParams:
     n_kv_heads: int | None = None
 
     def __post_init__(self):
+        for name in ("w_q", "w_k", "w_v", "w_o"):
+            if getattr(self, name) is None:
+                raise TypeError(f"{name} is required: a 2-D array of real numbers; got None")
         for name in _ARRAY_FIELDS:
             value = getattr(self, name)
             if value is not None:
@@ -161,18 +166,22 @@ class MultiHeadParams:
 
     @property
     def d_model(self) -> int:
+        """Feature size of the queries' input and of the output."""
         return self.w_q.shape[0]
 
     @property
     def d_context(self) -> int:
+        """Feature size of the keys' and values' input."""
         return self.w_k.shape[0]
 
     @property
     def d_head(self) -> int:
+        """Size of one head."""
         return self.w_q.shape[1] // self.n_heads
 
     @property
     def n_params(self) -> int:
+        """Number of scalar parameters, biases included."""
         return sum(a.size for a in _present_arrays(self).values())
 
 
@@ -217,15 +226,16 @@ def init_multi_head_params(rng, d_model, n_heads, *, n_kv_heads=None, d_head=Non
     Raises
     ------
     TypeError
-        If `rng` is not a Generator, a size is not an int, or `dtype` is not
-        one of the three float dtypes.
+        If `rng` is not a Generator, a size is not an int, `bias` is not a
+        bool, or `dtype` is not one of the three float dtypes.
     ValueError
         If a size is < 1, `n_heads` does not divide `d_model` when `d_head`
         is not given, or `n_kv_heads` does not divide `n_heads`.
 
     See Also
     --------
-    MultiHeadParams, multi_head_attention
+    MultiHeadParams : The container returned.
+    multi_head_attention : Applies the layer.
 
     Notes
     -----
@@ -270,6 +280,7 @@ def init_multi_head_params(rng, d_model, n_heads, *, n_kv_heads=None, d_head=Non
     else:
         d_head = check_int(d_head, "d_head", minimum=1)
     dtype = float_dtype(dtype)
+    bias = check_bool(bias, "bias")
     if n_heads % n_kv:  # checked here too so the message comes before any random draw
         raise ValueError(f"n_kv_heads must divide n_heads; got n_heads={n_heads} and n_kv_heads={n_kv}")
 
@@ -316,6 +327,17 @@ def split_heads(x, n_heads):
     See Also
     --------
     merge_heads : The inverse.
+    multi_head_attention : Splits its projections with this.
+
+    Notes
+    -----
+    With :math:`X \in \mathbb{R}^{T \times HD}`, head :math:`h` is the
+    column block :math:`X_{:,\, hD:(h+1)D}`, the slicing of the projections
+    into heads of [1]_. Only the axes are rearranged; no value changes.
+
+    References
+    ----------
+    .. [1] A. Vaswani et al., "Attention Is All You Need", NeurIPS, 2017.
 
     Examples
     --------
@@ -363,6 +385,17 @@ def merge_heads(x):
     See Also
     --------
     split_heads : The inverse.
+    multi_head_attention : Merges the heads with this before ``w_o``.
+
+    Notes
+    -----
+    The result is :math:`[\operatorname{head}_0, \ldots,
+    \operatorname{head}_{H-1}]`, concatenated along features, which [1]_
+    multiplies by :math:`W^O`.
+
+    References
+    ----------
+    .. [1] A. Vaswani et al., "Attention Is All You Need", NeurIPS, 2017.
 
     Examples
     --------
@@ -379,9 +412,10 @@ def merge_heads(x):
 
 
 def _project(x, w, b):
-    """Affine map in the row convention, ``x @ w + b``."""
-    y = x @ w
-    return y if b is None else y + b
+    """Affine map in the row convention, ``x @ w + b``; non-finite input gives NaN/inf quietly."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        y = x @ w
+        return y if b is None else y + b
 
 
 def multi_head_attention(
@@ -432,7 +466,8 @@ def multi_head_attention(
     ------
     TypeError
         If `params` is not a `MultiHeadParams`, an array is not real numeric,
-        or `mask` is not boolean.
+        `mask` is not boolean, or `is_causal` or `return_weights` is not a
+        bool.
     ValueError
         If the last axis of `x` is not ``d_model`` or of `context` not
         ``d_context`` (or `context` is missing when they differ), or
@@ -441,7 +476,9 @@ def multi_head_attention(
     See Also
     --------
     scaled_dot_product_attention : What each head computes.
-    split_heads, merge_heads, MultiHeadParams
+    split_heads : Turns projected features into heads.
+    merge_heads : Concatenates the heads again.
+    MultiHeadParams : The weights.
 
     Notes
     -----
@@ -502,6 +539,7 @@ def multi_head_attention(
     """
     if not isinstance(params, MultiHeadParams):
         raise TypeError(f"params must be a MultiHeadParams; got {type(params).__name__}")
+    return_weights = check_bool(return_weights, "return_weights")
     x = as_real_array(x, "x")
     check_ndim(x, "x", 2, "(..., L, d_model)")
     check_last_dim(x, "x", params.d_model, "params.w_q (d_model)")
@@ -536,7 +574,9 @@ def multi_head_attention(
         enable_gqa=params.n_kv_heads != params.n_heads,
         return_weights=True,
     )
-    out = _project(merge_heads(heads), w["w_o"], w["b_o"]).astype(out_dtype, copy=False)  # (..., L, d_model)
+    out = _project(merge_heads(heads), w["w_o"], w["b_o"])  # (..., L, d_model)
+    with np.errstate(over="ignore"):  # a float16 result beyond 65504 is inf, without a warning
+        out = out.astype(out_dtype, copy=False)
     if return_weights:
         return out, weights.astype(out_dtype, copy=False)
     return out

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validation import as_real_array, broadcast_shapes, check_int, check_ndim, check_real, result_dtype
+from ._validation import (
+    as_real_array,
+    broadcast_shapes,
+    check_bool,
+    check_finite,
+    check_int,
+    check_ndim,
+    check_real,
+    result_dtype,
+)
 from .masks import _query_positions
 
 __all__ = ["alibi_bias", "alibi_slopes", "apply_rope", "sinusoidal_positions"]
@@ -115,13 +124,15 @@ def apply_rope(x, positions=None, *, base=10000, interleaved=False):
         If `x` or `positions` is not real numeric, `base` is not real or
         `interleaved` is not a bool.
     ValueError
-        If `x` has fewer than 2 axes, ``D`` is odd, `positions` does not
-        broadcast to ``x.shape[:-1]`` or `base` <= 0.
+        If `x` has fewer than 2 axes, ``D`` is odd, `positions` holds NaN or
+        an infinity or does not broadcast to ``x.shape[:-1]``, or `base`
+        is not finite and > 0.
 
     See Also
     --------
     sinusoidal_positions : The same frequencies, added instead of rotating.
-    multi_head_attention, scaled_dot_product_attention
+    scaled_dot_product_attention : Takes the rotated queries and keys.
+    multi_head_attention : Projections and heads; rotate after `split_heads`.
 
     Notes
     -----
@@ -179,8 +190,7 @@ def apply_rope(x, positions=None, *, base=10000, interleaved=False):
     """
     x = as_real_array(x, "x")
     check_ndim(x, "x", 2, "(..., T, D)")
-    if not isinstance(interleaved, (bool, np.bool_)):
-        raise TypeError(f"interleaved must be True or False; got {interleaved!r}")
+    interleaved = check_bool(interleaved, "interleaved")
     base = _check_base(base)
     t, d = x.shape[-2:]
     if d % 2:
@@ -189,6 +199,7 @@ def apply_rope(x, positions=None, *, base=10000, interleaved=False):
         pos = np.arange(t, dtype=np.float64)
     else:
         pos = as_real_array(positions, "positions").astype(np.float64)
+        check_finite(pos, "positions")
         shape = broadcast_shapes("positions and x.shape[:-1]", [("positions", pos.shape), ("x[..., 0]", x.shape[:-1])])
         if shape != x.shape[:-1]:
             raise ValueError(
@@ -204,12 +215,13 @@ def apply_rope(x, positions=None, *, base=10000, interleaved=False):
         a, b = xw[..., 0::2], xw[..., 1::2]
     else:
         a, b = xw[..., : d // 2], xw[..., d // 2 :]
-    ya, yb = a * cos - b * sin, b * cos + a * sin
-    if interleaved:
-        out = np.stack([ya, yb], axis=-1).reshape(*ya.shape[:-1], d)  # (a0, b0, a1, b1, ...)
-    else:
-        out = np.concatenate([ya, yb], axis=-1)
-    return np.broadcast_to(out, x.shape).astype(out_dtype)
+    with np.errstate(invalid="ignore", over="ignore"):  # non-finite x: NaN/inf quietly, as any arithmetic
+        ya, yb = a * cos - b * sin, b * cos + a * sin
+        if interleaved:
+            out = np.stack([ya, yb], axis=-1).reshape(*ya.shape[:-1], d)  # (a0, b0, a1, b1, ...)
+        else:
+            out = np.concatenate([ya, yb], axis=-1)
+        return np.broadcast_to(out, x.shape).astype(out_dtype)
 
 
 def alibi_slopes(n_heads):

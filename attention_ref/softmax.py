@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validation import as_real_array, check_axis, result_dtype
+from ._validation import as_real_array, check_axis, check_bool, result_dtype
 
 __all__ = ["log_softmax", "logsumexp", "softmax"]
 
@@ -124,7 +124,8 @@ def logsumexp(x, axis=-1, keepdims=False):
     Raises
     ------
     TypeError
-        If `x` is boolean, complex or not numeric.
+        If `x` is boolean, complex or not numeric, `axis` is not an integer
+        or `keepdims` is not a bool.
     ValueError
         If `x` is 0-dimensional or `axis` is out of range.
 
@@ -141,7 +142,14 @@ def logsumexp(x, axis=-1, keepdims=False):
         \qquad m = \max_j x_j .
 
     The blockwise (online-softmax) algorithms keep exactly this quantity per
-    query row so that partial results can be merged.
+    query row so that partial results can be merged. Shifting by the maximum
+    is the standard way to avoid overflow; [1]_ analyses its accuracy.
+
+    References
+    ----------
+    .. [1] P. Blanchard, D. J. Higham and N. J. Higham, "Accurately computing
+       the log-sum-exp and softmax functions", IMA Journal of Numerical
+       Analysis, 41(4), 2021.
 
     Examples
     --------
@@ -155,6 +163,7 @@ def logsumexp(x, axis=-1, keepdims=False):
     -inf
     """
     xw, shift, axis, out_dtype = _shifted(x, axis)
+    keepdims = check_bool(keepdims, "keepdims")
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         total = np.sum(np.exp(xw - shift), axis=axis, keepdims=True)
         out = shift + np.log(total)
@@ -189,7 +198,8 @@ def log_softmax(x, axis=-1):
 
     See Also
     --------
-    softmax, logsumexp
+    softmax : ``exp`` of this, up to rounding.
+    logsumexp : The normaliser subtracted here.
 
     Notes
     -----
@@ -199,7 +209,13 @@ def log_softmax(x, axis=-1):
 
     Computing ``np.log(softmax(x))`` instead loses everything below the
     smallest positive float: tiny weights underflow to 0 and their log to
-    ``-inf``, whereas the difference above stays exact.
+    ``-inf``, whereas the difference above stays exact [1]_.
+
+    References
+    ----------
+    .. [1] P. Blanchard, D. J. Higham and N. J. Higham, "Accurately computing
+       the log-sum-exp and softmax functions", IMA Journal of Numerical
+       Analysis, 41(4), 2021.
 
     Examples
     --------
