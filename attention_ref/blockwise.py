@@ -336,7 +336,7 @@ def merge_attention(outs, lses):
     See Also
     --------
     blockwise_attention : Produces ``(out, lse)`` pairs.
-    logsumexp
+    logsumexp : The same reduction over the key axis.
 
     Notes
     -----

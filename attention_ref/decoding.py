@@ -109,6 +109,9 @@ class KVCache:
     def append(self, k, v) -> None:
         """Store new positions after the cached ones.
 
+        The buffers double in length when full, so this copies only `k`
+        and `v` except on the rare calls that grow the buffers.
+
         Parameters
         ----------
         k : array_like, shape (..., T, E)
@@ -124,6 +127,20 @@ class KVCache:
             If `k` or `v` has fewer than 2 dimensions, they disagree in
             leading shape or ``T``, or they do not match the leading shape,
             ``E`` or ``Ev`` already in the cache.
+
+        See Also
+        --------
+        decode_step : Append and attend in one call.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from attention_ref import KVCache
+        >>> cache = KVCache()
+        >>> cache.append(np.ones((2, 4, 8)), np.ones((2, 4, 8)))  # 2 heads, 4 positions
+        >>> cache.append(np.ones((2, 1, 8)), np.ones((2, 1, 8)))
+        >>> len(cache), cache.keys.shape, cache.capacity
+        (5, (2, 5, 8), 8)
         """
         k = as_real_array(k, "k")
         v = as_real_array(v, "v")
@@ -180,6 +197,10 @@ def _check_fits(new, name, buffer, what):
 
 def decode_step(q, k, v, cache, *, scale=None, enable_gqa=False, return_weights=False):
     r"""One decoding step: cache the new keys and values, then attend the new queries to every cached position.
+
+    Call it once with the whole prompt (prefill), then once per generated
+    token; each call returns exactly the rows that full causal attention
+    over the sequence so far would give for the new positions.
 
     Parameters
     ----------
