@@ -8,7 +8,7 @@ import math
 import numpy as np
 
 from ._kernel import _PARALLEL_MIN, _get_pool, _one_blas_thread
-from ._validation import as_real_array, check_int, result_dtype
+from ._validation import as_real_array, check_bool, check_int, result_dtype
 from .attention import AttentionProblem, prepare_attention
 
 __all__ = ["blockwise_attention", "merge_attention"]
@@ -89,7 +89,7 @@ def _attend_query_block(p, p_off_diagonal, q_rows, kt, vs, rows, block_k, out, l
         if extra is not None:
             s += extra
         _online_update(m, l, acc, s, vs[..., cols, :])
-    seen = l > 0  # False for rows with no allowed key
+    seen = l != 0  # False for rows with no allowed key (NaN rows stay NaN)
     np.divide(acc, l[..., None], out=out[..., rows, :], where=seen[..., None])
     np.log(l, out=l, where=seen)
     np.add(m, l, out=lse[..., rows], where=seen)
@@ -161,7 +161,7 @@ def blockwise_attention(
     ------
     TypeError
         As `scaled_dot_product_attention`; also if `block_size` is not an
-        integer or a pair of integers.
+        integer or a pair of integers, or `return_lse` is not a bool.
     ValueError
         As `scaled_dot_product_attention`; also if a block size is < 1 or
         `block_size` is a sequence whose length is not 2.
@@ -242,6 +242,7 @@ def blockwise_attention(
     True
     """
     block_q, block_k = _block_sizes(block_size)
+    return_lse = check_bool(return_lse, "return_lse")
     p = prepare_attention(
         q,
         k,
@@ -396,15 +397,16 @@ def merge_attention(outs, lses):
             raise ValueError(f"lses[{i}] must have shape {shape[:-1]} (outs[{i}] without its last axis); got {s.shape}")
     out_dtype, work_dtype = result_dtype(*outs, *lses)
     lse_parts = np.stack(lses).astype(work_dtype, copy=False)  # (n, ..., L)
-    shift = _safe_max(lse_parts.max(axis=0))  # (..., L)
-    weights = np.exp(lse_parts - shift)  # (n, ..., L); 0 for -inf parts
-    total = weights.sum(axis=0)
-    seen = total > 0
-    out = np.zeros(shape, dtype=work_dtype)
-    for w, o in zip(weights, outs, strict=True):
-        out += w[..., None] * o
-    np.divide(out, total[..., None], out=out, where=seen[..., None])
-    lse = np.full(shape[:-1], -np.inf, dtype=work_dtype)
-    np.log(total, out=total, where=seen)
-    np.add(shift, total, out=lse, where=seen)
+    with np.errstate(invalid="ignore", over="ignore"):  # +inf or NaN parts: NaN rows, no warning
+        shift = _safe_max(lse_parts.max(axis=0))  # (..., L)
+        weights = np.exp(lse_parts - shift)  # (n, ..., L); 0 for -inf parts
+        total = weights.sum(axis=0)
+        seen = total != 0  # False where every part is empty
+        out = np.zeros(shape, dtype=work_dtype)
+        for w, o in zip(weights, outs, strict=True):
+            out += w[..., None] * o
+        np.divide(out, total[..., None], out=out, where=seen[..., None])
+        lse = np.full(shape[:-1], -np.inf, dtype=work_dtype)
+        np.log(total, out=total, where=seen)
+        np.add(shift, total, out=lse, where=seen)
     return out.astype(out_dtype, copy=False), lse.astype(out_dtype, copy=False)

@@ -207,6 +207,22 @@ def test_bad_block_size(block, error, match):
         ar.blockwise_attention(x, x, x, block_size=block)
 
 
+def test_return_lse_must_be_a_bool():
+    x = np.ones((3, 2))
+    with pytest.raises(TypeError, match="return_lse"):
+        ar.blockwise_attention(x, x, x, return_lse="yes")
+
+
+def test_an_infinite_query_gives_nan_in_its_row_only(rng):
+    q, k, v = qkv(rng, (), (), 4, 6)
+    q[2, 1] = np.inf
+    out, lse = ar.blockwise_attention(q, k, v, block_size=2, return_lse=True)
+    assert np.isnan(out[2]).all()
+    assert np.isnan(lse[2])
+    rows = [0, 1, 3]
+    np.testing.assert_allclose(out[rows], ar.scaled_dot_product_attention(q[rows], k, v), rtol=0, atol=ATOL)
+
+
 def test_bad_arrays_are_checked_like_the_dense_function():
     x = np.ones((3, 2))
     with pytest.raises(ValueError, match="q and k"):
@@ -274,6 +290,14 @@ def test_merge_of_a_split_equals_full_attention(rng):
     full, full_lse = ar.blockwise_attention(q, k, v, mask=mask, return_lse=True)
     np.testing.assert_allclose(out, full, rtol=0, atol=ATOL)
     np.testing.assert_allclose(lse, full_lse, rtol=0, atol=ATOL)
+
+
+def test_merge_with_an_infinite_lse_gives_nan_without_warning():
+    out, lse = ar.merge_attention([np.ones((2, 1))] * 2, [np.array([np.inf, 0.0]), np.zeros(2)])
+    assert np.isnan(out[0]).all()
+    assert np.isnan(lse[0])
+    np.testing.assert_allclose(out[1], [1.0], rtol=0, atol=ATOL)
+    np.testing.assert_allclose(lse[1], math.log(2.0), rtol=0, atol=ATOL)
 
 
 def test_merge_keeps_float32():
