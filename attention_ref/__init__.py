@@ -32,6 +32,13 @@ Multi-head parameters
     Row convention: ``Q = x @ w_q + b_q`` with ``w_q`` of shape
     ``(d_model, n_heads * d_head)``; head ``h`` owns columns
     ``h*d_head:(h+1)*d_head``; the output is ``concat(heads) @ w_o + b_o``.
+Threads
+    Large problems run independent blocks of queries on a thread per core
+    (NumPy releases the GIL in matmul and ufuncs), with BLAS held at one
+    thread meanwhile when ``threadpoolctl`` is installed. The environment
+    variable ``ATTENTION_REF_NUM_THREADS`` caps the number of threads
+    (``1``: everything runs in the calling thread). Results do not depend on
+    it beyond rounding.
 Errors
     Bad input raises ``ValueError`` (shapes, sizes, choices) or ``TypeError``
     (dtypes, kinds) naming the argument, what it got and what was expected.

@@ -46,15 +46,50 @@ def _one_blas_thread():
     return _blas_controller.limit(limits=1, user_api="blas")
 
 
+def n_threads() -> int:
+    """Worker threads to use: ``ATTENTION_REF_NUM_THREADS`` if set, else one per core."""
+    value = os.environ.get("ATTENTION_REF_NUM_THREADS", "").strip()
+    if not value:
+        return os.cpu_count() or 1
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ValueError(f"ATTENTION_REF_NUM_THREADS must be a positive integer; got {value!r}")
+    return n
+
+
 def _get_pool() -> ThreadPoolExecutor | None:
-    """A process-wide pool with one worker per core (None on a single core)."""
+    """A process-wide pool with one worker per thread allowed (None for one thread)."""
     global _pool
-    n = os.cpu_count() or 1
+    n = n_threads()
     if n < 2:
         return None
-    if _pool is None:
+    if _pool is None or _pool._max_workers != n:
         _pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="attention_ref")
     return _pool
+
+
+def run_blocks(fn, tasks, n_scores: int) -> None:
+    """Call ``fn(task)`` for every task, on the thread pool when there is enough work.
+
+    The tasks must be independent (they write disjoint parts of an output).
+    ``n_scores`` is the number of score entries the whole call computes; below
+    ``_PARALLEL_MIN`` threads cost more than they save. NumPy's error state is
+    thread-local, so `fn` must set its own ``np.errstate``.
+    """
+    tasks = list(tasks)
+    threads = n_threads()  # checks ATTENTION_REF_NUM_THREADS on every call
+    pool = _get_pool() if threads > 1 and len(tasks) > 1 and n_scores >= _PARALLEL_MIN else None
+    limit = _one_blas_thread() if pool is not None else None
+    if limit is None:
+        for task in tasks:
+            fn(task)
+        return
+    with limit:
+        for _ in pool.map(fn, tasks):
+            pass
 
 
 def softmax_rows_times(scores, v, out):
@@ -97,24 +132,14 @@ def dense_attention(problem) -> np.ndarray:
     def block(task):
         idx, r0 = task
         rows = slice(r0, r0 + QUERY_BLOCK)
-        scores = q[(*idx, rows)] @ kt[idx]  # (l, S)
-        scores *= p.scale
-        extra = extras[r0]
-        if extra is not None:
-            scores += extra[idx]
-        with np.errstate(invalid="ignore", over="ignore"):
+        with np.errstate(invalid="ignore", over="ignore"):  # per thread: errstate is thread-local
+            scores = q[(*idx, rows)] @ kt[idx]  # (l, S)
+            scores *= p.scale
+            extra = extras[r0]
+            if extra is not None:
+                scores += extra[idx]
             softmax_rows_times(scores, v[idx], out[(*idx, rows)])
 
-    tasks = [(idx, r0) for idx in np.ndindex(*batch) for r0 in starts]
-    pool = _get_pool()
-    limit = None
-    if pool is not None and len(tasks) > 1 and np.prod(batch, dtype=np.int64) * L * S >= _PARALLEL_MIN:
-        limit = _one_blas_thread()
-    if limit is not None:
-        with limit:
-            for _ in pool.map(block, tasks):
-                pass
-    else:
-        for task in tasks:
-            block(task)
+    n_scores = int(np.prod(batch, dtype=np.int64)) * L * S
+    run_blocks(block, [(idx, r0) for idx in np.ndindex(*batch) for r0 in starts], n_scores)
     return out.astype(p.out_dtype, copy=False)

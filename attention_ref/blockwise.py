@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from ._kernel import _PARALLEL_MIN, _get_pool, _one_blas_thread
+from ._kernel import run_blocks
 from ._validation import as_real_array, check_bool, check_int, result_dtype
 from .attention import AttentionProblem, prepare_attention
 
@@ -277,18 +277,7 @@ def blockwise_attention(
 
     # Query blocks are independent: run them on the package's thread pool
     # (one BLAS thread each) when there is enough work, as the dense kernel does.
-    starts = range(0, L, block_q)
-    pool = _get_pool()
-    limit = None
-    if pool is not None and len(starts) > 1 and math.prod(batch) * L * S >= _PARALLEL_MIN:
-        limit = _one_blas_thread()
-    if limit is None:
-        for r0 in starts:
-            attend(r0)
-    else:
-        with limit:
-            for _ in pool.map(attend, starts):
-                pass
+    run_blocks(attend, range(0, L, block_q), math.prod(batch) * L * S)
     out = out.astype(p.out_dtype, copy=False)
     if return_lse:
         return out, lse.astype(p.out_dtype, copy=False)

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from attention_ref import causal_mask, mask_to_bias, padding_mask, scaled_dot_product_attention
+from attention_ref import blockwise_attention, causal_mask, mask_to_bias, padding_mask, scaled_dot_product_attention
 
 FLOATS = [np.float16, np.float32, np.float64]
 
@@ -484,3 +484,23 @@ def test_dropout_is_deterministic_given_the_seed(rng):
     c = scaled_dot_product_attention(q, k, v, dropout_p=0.5, rng=np.random.default_rng(4))
     np.testing.assert_array_equal(a, b)
     assert not np.array_equal(a, c)
+
+
+@pytest.mark.parametrize("threads", ["1", "2", "3"])
+def test_thread_count_does_not_change_the_result(monkeypatch, rng, reference_attention, threads):
+    # Large enough to take the threaded path of the dense and blockwise kernels.
+    q, k, v = (rng.standard_normal((2, 800, 16)) for _ in range(3))
+    expected, _ = reference_attention(q, k, v, allowed=causal_mask(800))
+    monkeypatch.setenv("ATTENTION_REF_NUM_THREADS", threads)
+    dense = scaled_dot_product_attention(q, k, v, is_causal=True)
+    blocks = blockwise_attention(q, k, v, is_causal=True, block_size=128)
+    np.testing.assert_allclose(dense, expected, rtol=0, atol=1e-13)
+    np.testing.assert_allclose(blocks, expected, rtol=0, atol=1e-13)
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "many"])
+def test_bad_thread_count_is_a_named_error(monkeypatch, rng, value):
+    q = rng.standard_normal((2, 80, 16))
+    monkeypatch.setenv("ATTENTION_REF_NUM_THREADS", value)
+    with pytest.raises(ValueError, match="ATTENTION_REF_NUM_THREADS"):
+        scaled_dot_product_attention(q, q, q)
