@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from ._validation import as_real_array, check_exact_ndim, check_int, check_real
+from ._validation import as_real_array, check_bool, check_exact_ndim, check_int, check_real
 
 __all__ = ["plot_attention", "plot_heads"]
 
@@ -37,6 +37,56 @@ def _check_fmt(fmt) -> None:
         format(0.5, fmt)
     except ValueError as exc:
         raise ValueError(f"fmt must be a format specification for a float such as '.2f'; got {fmt!r}: {exc}") from None
+
+
+def _check_label(label) -> str:
+    """Return the colour-bar label, which must be a string (``""`` for none)."""
+    if not isinstance(label, str):
+        raise TypeError(f"label must be a string (the colour-bar label); got {label!r} of type {type(label).__name__}")
+    return label
+
+
+def _check_annotate(annotate) -> bool | None:
+    """`annotate` is None (decide by size), True or False."""
+    return None if annotate is None else check_bool(annotate, "annotate")
+
+
+def _check_ax(ax):
+    """Return `ax` unchanged if it is None or a matplotlib Axes; anything else is a TypeError."""
+    if ax is not None:
+        from matplotlib.axes import Axes
+
+        if not isinstance(ax, Axes):
+            raise TypeError(f"ax must be a matplotlib Axes (or None for a new figure); got {type(ax).__name__}")
+    return ax
+
+
+def _check_figsize(figsize) -> tuple[float, float] | None:
+    """Return `figsize` as ``(width, height)``: None, or two positive finite numbers of inches."""
+    if figsize is None:
+        return None
+    expected = "a pair (width, height) of positive finite numbers of inches"
+    try:
+        width, height = figsize
+    except TypeError:
+        raise TypeError(f"figsize must be {expected}; got {figsize!r}") from None
+    except ValueError:
+        raise ValueError(f"figsize must be {expected}; got {figsize!r}") from None
+    width, height = check_real(width, "figsize width"), check_real(height, "figsize height")
+    if not (width > 0 and height > 0):
+        raise ValueError(f"figsize must be {expected}; got {figsize!r}")
+    return width, height
+
+
+def _colormap(cmap):
+    """Return `cmap` (a name, a Colormap, or None for the rc default) as a Colormap, or raise naming `cmap`."""
+    import matplotlib
+
+    try:
+        return matplotlib.colormaps.get_cmap(cmap)
+    except (TypeError, ValueError):
+        kind = TypeError if not isinstance(cmap, str) else ValueError
+        raise kind(f"cmap must be the name of a matplotlib colour map or a Colormap; got {cmap!r}") from None
 
 
 def _colour_limits(weights: np.ndarray, vmin, vmax) -> tuple[float, float]:
@@ -91,6 +141,7 @@ def plot_attention(
     vmax=None,
     title=None,
     colorbar=True,
+    label="weight",
 ):
     r"""Draw an attention-weight matrix as a heatmap: queries down, keys across.
 
@@ -106,13 +157,13 @@ def plot_attention(
         One label per key (column). Default: indices.
     ax : matplotlib.axes.Axes, optional
         Axes to draw into. Default: a new figure from ``pyplot.subplots``.
-    annotate : bool, optional
-        Write each value in its cell. Default: only when the matrix has at
-        most 12 rows and 12 columns.
+    annotate : bool or None, optional
+        Write each value in its cell. Default (None): only when the matrix
+        has at most 12 rows and 12 columns.
     fmt : str, optional
         Format specification for the cell values (as in :func:`format`).
     cmap : str or Colormap, optional
-        Colour map.
+        Colour map (a name registered with matplotlib, or a Colormap).
     vmin : float, optional
         Value drawn with the lowest colour. Default 0.
     vmax : float, optional
@@ -122,6 +173,9 @@ def plot_attention(
         Axes title.
     colorbar : bool, optional
         Add a colour bar next to the axes.
+    label : str, optional
+        Colour-bar label, e.g. ``"bias"`` or ``"score"`` when the matrix is
+        not a matrix of weights; ``""`` for none.
 
     Returns
     -------
@@ -132,10 +186,13 @@ def plot_attention(
     Raises
     ------
     TypeError
-        If `weights` is not real-valued, or a label argument is not a sequence.
+        If `weights` is not real-valued, a label argument is not a sequence,
+        `ax` is not a matplotlib Axes, `annotate` or `colorbar` is not a
+        bool, `label` or `fmt` is not a string, or `cmap` is not a name or
+        Colormap.
     ValueError
         If `weights` is not 2-D or is empty, a label sequence has the wrong
-        length, or ``vmax <= vmin``.
+        length, ``vmax <= vmin``, or `fmt` or `cmap` is unknown.
 
     See Also
     --------
@@ -148,6 +205,11 @@ def plot_attention(
     colour by the WCAG 2 contrast ratio
     :math:`(L_1 + 0.05) / (L_2 + 0.05)`, with :math:`L` the relative
     luminance of the sRGB colour. Non-finite weights are left blank.
+    Every argument is checked before anything is drawn, so an error leaves
+    no empty figure behind. Colours of the figure background, axes and
+    text come from matplotlib's rc settings and are never set here (in
+    particular the background is never made transparent), so a style with
+    an opaque white figure reads the same on light and dark pages.
     matplotlib is imported on the first call, not when the package is.
 
     Examples
@@ -175,9 +237,14 @@ def plot_attention(
     query_labels = _labels(query_labels, "query_labels", n_queries, "query (row of weights)")
     key_labels = _labels(key_labels, "key_labels", n_keys, "key (column of weights)")
     vmin, vmax = _colour_limits(w, vmin, vmax)
+    annotate = _check_annotate(annotate)
     if annotate is None:
         annotate = n_queries <= ANNOTATE_MAX and n_keys <= ANNOTATE_MAX
     _check_fmt(fmt)
+    colorbar = check_bool(colorbar, "colorbar")
+    label = _check_label(label)
+    cmap = _colormap(cmap)
+    ax = _check_ax(ax)
 
     if ax is None:
         import matplotlib.pyplot as plt
@@ -206,11 +273,17 @@ def plot_attention(
                         color=_text_colour(colours[i, j]), fontsize=fontsize,
                     )
     if colorbar:
-        ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="weight")
+        ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label=label)
     return ax
 
 
-def plot_heads(weights, query_labels=None, key_labels=None, *, ncols=4, titles=None, figsize=None, **kwargs):
+#: Keywords plot_heads passes on to plot_attention (the others it sets itself, per panel).
+_PANEL_KEYWORDS = ("annotate", "fmt", "cmap", "vmin", "vmax")
+
+
+def plot_heads(
+    weights, query_labels=None, key_labels=None, *, ncols=4, titles=None, figsize=None, label="weight", **kwargs
+):
     r"""Draw one attention heatmap per head, all on one colour scale.
 
     Parameters
@@ -227,7 +300,11 @@ def plot_heads(weights, query_labels=None, key_labels=None, *, ncols=4, titles=N
     titles : sequence of str, optional
         One title per head. Default ``"head 0"``, ``"head 1"``, ...
     figsize : tuple of float, optional
-        Figure size in inches. Default: about 2.8 inches per panel.
+        Figure size ``(width, height)`` in inches, both positive. Default:
+        about 2.8 inches per panel.
+    label : str, optional
+        Label of the shared colour bar, e.g. ``"bias"`` when the panels show
+        additive biases rather than weights; ``""`` for none.
     **kwargs
         Passed on to :func:`plot_attention`: `annotate`, `fmt`, `cmap`,
         `vmin`, `vmax`. The default `vmax` is the largest weight over *all*
@@ -243,16 +320,32 @@ def plot_heads(weights, query_labels=None, key_labels=None, *, ncols=4, titles=N
     ------
     TypeError
         If `weights` is not real-valued, a keyword is not accepted (`ax`,
-        `title` and `colorbar` are set here), or a label argument is not a
-        sequence.
+        `title` and `colorbar` are set here), a label argument is not a
+        sequence, `figsize` is not a pair, or a passed-on keyword has the
+        wrong type (as in `plot_attention`).
     ValueError
-        If `weights` is not 3-D or is empty, `ncols` < 1, or `titles` or a
-        label sequence has the wrong length.
+        If `weights` is not 3-D or is empty, `ncols` < 1, `titles` or a
+        label sequence has the wrong length, `figsize` is not two positive
+        finite numbers, or a passed-on keyword has a bad value.
 
     See Also
     --------
     plot_attention : A single heatmap.
     multi_head_attention : Returns per-head weights with ``return_weights=True``.
+
+    Notes
+    -----
+    Panel :math:`h` is ``plot_attention(weights[h], ...)`` without its own
+    colour bar: queries down, keys across, cell values written when the
+    matrices are small. The panels fill a grid of
+    :math:`\lceil H / \text{ncols} \rceil` rows in head order; only the
+    first column names the query axis and only the lowest panel of each
+    column names the key axis. All panels share one colour scale,
+    :math:`[\text{vmin}, \text{vmax}]` with `vmax` defaulting to the
+    largest finite value over *all* heads, so one colour means the same
+    weight in every panel and a single colour bar serves the figure. As in
+    `plot_attention`, every argument is checked before the figure is made
+    and the figure's background colours come from matplotlib's rc settings.
 
     Examples
     --------
@@ -282,10 +375,21 @@ def plot_heads(weights, query_labels=None, key_labels=None, *, ncols=4, titles=N
     for fixed in ("ax", "title", "colorbar"):
         if fixed in kwargs:
             raise TypeError(f"plot_heads sets {fixed!r} itself; got an unexpected keyword argument {fixed!r}")
+    unknown = sorted(kwargs.keys() - set(_PANEL_KEYWORDS))
+    if unknown:
+        raise TypeError(
+            f"plot_heads got an unexpected keyword argument {unknown[0]!r}; it passes on only "
+            f"{', '.join(_PANEL_KEYWORDS)} to plot_attention"
+        )
     # Check everything before a figure exists, so an error leaves no empty figure behind.
     _labels(query_labels, "query_labels", w.shape[1], "query (row of weights)")
     _labels(key_labels, "key_labels", w.shape[2], "key (column of weights)")
     _check_fmt(kwargs.get("fmt", ".2f"))
+    _check_annotate(kwargs.get("annotate"))
+    if "cmap" in kwargs:
+        kwargs["cmap"] = _colormap(kwargs["cmap"])
+    label = _check_label(label)
+    figsize = _check_figsize(figsize)
     # One colour scale for every panel.
     kwargs["vmin"], kwargs["vmax"] = _colour_limits(w, kwargs.get("vmin", 0.0), kwargs.get("vmax"))
 
@@ -305,5 +409,5 @@ def plot_heads(weights, query_labels=None, key_labels=None, *, ncols=4, titles=N
             axes[h].set_xlabel("")
     for spare in axes[n_heads:]:
         spare.set_visible(False)
-    fig.colorbar(axes[0].images[0], ax=list(axes[:n_heads]), shrink=0.8, label="weight")
+    fig.colorbar(axes[0].images[0], ax=list(axes[:n_heads]), shrink=0.8, label=label)
     return fig

@@ -1,7 +1,9 @@
 """Tests for plot_attention and plot_heads (headless, Agg backend)."""
 
+import io
 import subprocess
 import sys
+from pathlib import Path
 
 import matplotlib
 
@@ -254,3 +256,122 @@ def test_plot_heads_errors():
         with pytest.raises(TypeError, match=fixed):
             plot_heads(np.ones((2, 1, 1)), **{fixed: None})
     assert plt.get_fignums() == []
+
+
+# -- colour-bar label -------------------------------------------------------------
+
+
+def _colorbar_label(fig):
+    """The label of the figure's one colour bar (the axes that holds no heatmap)."""
+    (bar,) = [ax for ax in fig.axes if not ax.images and ax.get_visible() and ax.get_ylabel()]
+    return bar.get_ylabel()
+
+
+def test_colorbar_label_defaults_to_weight_and_can_be_changed():
+    assert _colorbar_label(plot_attention(np.eye(2)).figure) == "weight"
+    assert _colorbar_label(plot_attention(np.eye(2), label="bias").figure) == "bias"
+    assert _colorbar_label(plot_heads(np.full((2, 2, 2), 0.5))) == "weight"
+    bias = -np.arange(8.0).reshape(2, 2, 2)
+    fig = plot_heads(bias, label="bias", vmin=-7.0, vmax=0.0)
+    assert _colorbar_label(fig) == "bias"
+    assert [ax.get_ylabel() for ax in fig.axes[:2]] == ["query", ""]  # panel labels are unchanged
+
+
+def test_empty_label_draws_an_unlabelled_colour_bar():
+    ax = plot_attention(np.eye(2), label="")
+    assert len(ax.figure.axes) == 2
+    assert ax.figure.axes[1].get_ylabel() == ""
+
+
+# -- argument checks that used to reach matplotlib ---------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "pattern"),
+    [
+        ({"ax": "ax"}, TypeError, r"^ax must be a matplotlib Axes"),
+        ({"ax": np.zeros(2)}, TypeError, r"^ax "),
+        ({"annotate": "yes"}, TypeError, r"^annotate must be True or False"),
+        ({"annotate": 1}, TypeError, r"^annotate "),
+        ({"colorbar": "yes"}, TypeError, r"^colorbar must be True or False"),
+        ({"colorbar": None}, TypeError, r"^colorbar "),
+        ({"label": 3}, TypeError, r"^label must be a string"),
+        ({"label": None}, TypeError, r"^label "),
+        ({"cmap": "no-such-map"}, ValueError, r"^cmap must be the name"),
+        ({"cmap": 3}, TypeError, r"^cmap "),
+    ],
+)
+def test_plot_attention_checks_arguments_before_drawing(kwargs, error, pattern):
+    with pytest.raises(error, match=pattern):
+        plot_attention(np.eye(2), **kwargs)
+    assert plt.get_fignums() == []
+
+
+def test_bool_like_arguments_accept_numpy_bools_and_annotate_none():
+    ax = plot_attention(np.eye(2), annotate=np.True_, colorbar=np.False_)
+    assert len(ax.texts) == 4
+    assert len(ax.figure.axes) == 1
+    assert len(plot_attention(np.eye(2), annotate=None).texts) == 4  # small: annotated by default
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "pattern"),
+    [
+        ({"figsize": (-1, 2)}, ValueError, r"^figsize must be a pair .* positive"),
+        ({"figsize": (2, 0)}, ValueError, r"^figsize "),
+        ({"figsize": (2, np.inf)}, ValueError, r"^figsize height must be finite"),
+        ({"figsize": (2, 3, 4)}, ValueError, r"^figsize "),
+        ({"figsize": 5}, TypeError, r"^figsize "),
+        ({"figsize": ("2", 3)}, TypeError, r"^figsize width "),
+        ({"annotate": "yes"}, TypeError, r"^annotate "),
+        ({"label": 1.0}, TypeError, r"^label "),
+        ({"cmap": "no-such-map"}, ValueError, r"^cmap "),
+        ({"colour": "red"}, TypeError, r"unexpected keyword argument 'colour'"),
+    ],
+)
+def test_plot_heads_checks_arguments_before_drawing(kwargs, error, pattern):
+    with pytest.raises(error, match=pattern):
+        plot_heads(np.full((2, 2, 2), 0.5), **kwargs)
+    assert plt.get_fignums() == []
+
+
+def test_figsize_accepts_any_pair_of_positive_numbers():
+    fig = plot_heads(np.full((1, 1, 1), 1.0), figsize=np.array([3, 2]))
+    assert tuple(fig.get_size_inches()) == (3.0, 2.0)
+
+
+# -- light and dark pages -----------------------------------------------------------
+
+BOOK_RC = Path(__file__).resolve().parents[1] / "docs" / "chapters" / "matplotlibrc"
+
+
+def _rendered_rgba(fig):
+    """The figure as saved for the book: an (h, w, 4) float array."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=30)
+    buffer.seek(0)
+    return plt.imread(buffer)
+
+
+@pytest.mark.parametrize(
+    "draw",
+    [lambda: plot_attention(np.eye(3)).figure, lambda: plot_heads(np.full((2, 2, 2), 0.5))],
+    ids=["one", "heads"],
+)
+def test_figures_keep_the_styles_opaque_background(draw):
+    """Under the book's style the saved image is fully opaque with white corners, readable on any page theme."""
+    with matplotlib.rc_context(fname=str(BOOK_RC)):
+        fig = draw()
+        assert fig.get_facecolor() == (1.0, 1.0, 1.0, 1.0)
+        assert all(ax.get_facecolor()[3] == 1.0 for ax in fig.axes)
+        image = _rendered_rgba(fig)
+    assert np.all(image[..., 3] == 1.0)  # no transparent pixel for a dark page to show through
+    for corner in (image[0, 0], image[0, -1], image[-1, 0], image[-1, -1]):
+        np.testing.assert_array_equal(corner, [1.0, 1.0, 1.0, 1.0])
+
+
+def test_figures_follow_the_rc_background_rather_than_forcing_one():
+    with matplotlib.rc_context({"figure.facecolor": "0.5", "axes.facecolor": "0.25"}):
+        ax = plot_attention(np.eye(2))
+    assert ax.figure.get_facecolor() == pytest.approx((0.5, 0.5, 0.5, 1.0))
+    assert ax.get_facecolor() == pytest.approx((0.25, 0.25, 0.25, 1.0))
