@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validation import as_real_array, check_ndim
+from ._validation import as_real_array, check_int, check_ndim
 from .attention import scaled_dot_product_attention
+from .masks import sliding_window_mask
 
 __all__ = ["KVCache", "decode_step"]
 
@@ -17,7 +18,9 @@ class KVCache:
     once and stores them; every later step attends its new queries to all
     stored positions. The cache keeps them in buffers whose length doubles
     when full, so appending ``T`` positions one at a time copies
-    :math:`O(T)` elements in total rather than :math:`O(T^2)`.
+    :math:`O(T)` elements in total rather than :math:`O(T^2)`. With
+    `max_len` it is a sliding-window cache that keeps only the most recent
+    `max_len` positions, as local-attention models do at inference.
 
     Parameters
     ----------
@@ -26,6 +29,11 @@ class KVCache:
         ``append(k, v)`` on an empty cache; give both or neither.
     v : array_like, shape (..., S, Ev), optional
         Initial values.
+    max_len : int, optional
+        Keep only the `max_len` most recent positions (>= 1); older ones
+        are dropped as new ones arrive. Default: keep every position.
+        `decode_step` then attends each query to its `max_len` most recent
+        positions, itself included.
 
     Attributes
     ----------
@@ -34,17 +42,22 @@ class KVCache:
     values : ndarray, shape (..., len(cache), Ev), or None
         Read-only view of the cached values; None before the first append.
     capacity : int
-        Number of positions the buffers hold before they must grow.
+        Number of positions the buffers hold before they must be
+        reallocated.
+    max_len : int or None
+        The window given at construction.
 
     Raises
     ------
     ValueError, TypeError
         As `append`, for the initial `k` and `v`; ValueError if only one of
-        them is given.
+        them is given or `max_len` < 1; TypeError if `max_len` is not an
+        integer.
 
     See Also
     --------
     decode_step : Append to the cache and attend in one call.
+    sliding_window_mask : The attention pattern a `max_len` cache gives.
 
     Notes
     -----
@@ -54,6 +67,21 @@ class KVCache:
     float32 cache upgrades the whole cache to float64). Views returned by
     `keys` and `values` are read-only snapshots: after the buffers grow,
     an old view still shows the positions it showed before.
+
+    With `max_len` = :math:`w` the buffers stop growing at about
+    :math:`2w` positions (plus the size of the largest append): when they
+    are full, the :math:`w` retained positions move to the front of a new
+    buffer, which happens at most once per :math:`w` appended positions,
+    so appends still copy :math:`O(1)` elements per position on average.
+    `len` counts the retained positions, at most :math:`w`.
+
+    References
+    ----------
+    .. [1] R. Pope, S. Douglas, A. Chowdhery, J. Devlin, J. Bradbury,
+       A. Levskaya, J. Heek, K. Xiao, S. Agrawal and J. Dean, "Efficiently
+       Scaling Transformer Inference", arXiv:2211.05102, 2022.
+    .. [2] I. Beltagy, M. E. Peters and A. Cohan, "Longformer: The
+       Long-Document Transformer", arXiv:2004.05150, 2020.
 
     Examples
     --------
@@ -72,39 +100,66 @@ class KVCache:
            [7., 7., 7.]])
     >>> cache.values[:, 0]
     array([1., 1., 5.])
+
+    A sliding-window cache keeps the newest positions only:
+
+    >>> window = KVCache(max_len=2)
+    >>> window.append(np.arange(3.0)[:, None], np.zeros((3, 1)))
+    >>> len(window), window.keys[:, 0]
+    (2, array([1., 2.]))
     """
 
-    def __init__(self, k=None, v=None):
-        self._k = None  # buffer (..., capacity, E)
+    def __init__(self, k=None, v=None, *, max_len=None):
+        self._k = None  # buffer (..., capacity, E); the cache is buffer[..., start:end, :]
         self._v = None  # buffer (..., capacity, Ev)
-        self._n = 0
+        self._start = 0
+        self._end = 0
+        self._max_len = None if max_len is None else check_int(max_len, "max_len", minimum=1)
         if (k is None) != (v is None):
             raise ValueError("give both k and v to start a KVCache with positions, or neither")
         if k is not None:
             self.append(k, v)
 
     def __len__(self) -> int:
-        return self._n
+        return self._end - self._start
 
     def __repr__(self) -> str:
         if self._k is None:
             return "KVCache(empty)"
         return (
-            f"KVCache(len={self._n}, capacity={self.capacity}, keys {self.keys.shape}, "
-            f"values {self.values.shape}, dtype={self._k.dtype})"
+            f"KVCache(len={len(self)}, capacity={self.capacity}, max_len={self._max_len}, "
+            f"keys {self.keys.shape}, values {self.values.shape}, dtype={self._k.dtype})"
         )
 
     @property
     def capacity(self) -> int:
+        """Positions the buffers can hold before the next reallocation (0 while empty)."""
         return 0 if self._k is None else self._k.shape[-2]
 
     @property
+    def max_len(self) -> int | None:
+        """The most positions the cache retains, or None if it keeps them all."""
+        return self._max_len
+
+    @property
     def keys(self):
-        return None if self._k is None else _read_only(self._k[..., : self._n, :])
+        """Read-only view of the cached keys, shape (..., len(cache), E); None before the first append."""
+        return None if self._k is None else self._recent(len(self))[0]
 
     @property
     def values(self):
-        return None if self._v is None else _read_only(self._v[..., : self._n, :])
+        """Read-only view of the cached values, shape (..., len(cache), Ev); None before the first append."""
+        return None if self._v is None else self._recent(len(self))[1]
+
+    def _recent(self, m):
+        """Read-only views of the last `m` positions written to the buffers.
+
+        Right after an append these may reach back past the retained window
+        (positions dropped by that append are still in the buffer), which
+        `decode_step` uses to attend the first new queries.
+        """
+        span = slice(self._end - m, self._end)
+        return _read_only(self._k[..., span, :]), _read_only(self._v[..., span, :])
 
     def append(self, k, v) -> None:
         """Store new positions after the cached ones.
@@ -154,22 +209,29 @@ class KVCache:
         if self._k is not None:
             _check_fits(k, "k", self._k, "keys")
             _check_fits(v, "v", self._v, "values")
-        n, t = self._n, k.shape[-2]
+        t = k.shape[-2]
         dtype = np.result_type(k, v) if self._k is None else np.result_type(self._k, k, v)
-        if self._k is None or n + t > self.capacity or dtype != self._k.dtype:
-            capacity = max(n + t, 2 * self.capacity)  # doubling: O(1) amortised copies per position
-            self._k = _regrown(self._k, n, k.shape, capacity, dtype)
-            self._v = _regrown(self._v, n, v.shape, capacity, dtype)
-        self._k[..., n : n + t, :] = k
-        self._v[..., n : n + t, :] = v
-        self._n = n + t
+        if self._k is None or self._end + t > self.capacity or dtype != self._k.dtype:
+            # Doubling gives O(1) amortised copies per position; a window caps the buffers at about 2 max_len.
+            limit = 2 * self.capacity if self._max_len is None else min(2 * self.capacity, 2 * self._max_len)
+            capacity = max(len(self) + t, limit)
+            kept = slice(self._start, self._end)  # the retained positions move to the front
+            self._k = _regrown(self._k, kept, k.shape, capacity, dtype)
+            self._v = _regrown(self._v, kept, v.shape, capacity, dtype)
+            self._start, self._end = 0, len(self)
+        end = self._end + t
+        self._k[..., self._end : end, :] = k
+        self._v[..., self._end : end, :] = v
+        self._end = end
+        if self._max_len is not None:
+            self._start = max(self._start, end - self._max_len)
 
     def _state(self):
-        """The buffers and length; restoring them undoes later appends."""
-        return self._k, self._v, self._n
+        """The buffers and window; restoring them undoes later appends (which never write before `end`)."""
+        return self._k, self._v, self._start, self._end
 
     def _restore(self, state) -> None:
-        self._k, self._v, self._n = state
+        self._k, self._v, self._start, self._end = state
 
 
 def _read_only(view):
@@ -177,11 +239,12 @@ def _read_only(view):
     return view
 
 
-def _regrown(buffer, n, shape, capacity, dtype):
-    """A new buffer of `capacity` positions for arrays shaped like `shape`, holding ``buffer[..., :n, :]``."""
+def _regrown(buffer, kept, shape, capacity, dtype):
+    """A new buffer of `capacity` positions for arrays shaped like `shape`, starting with ``buffer[..., kept, :]``."""
     new = np.empty((*shape[:-2], capacity, shape[-1]), dtype=dtype)
     if buffer is not None:
-        new[..., :n, :] = buffer[..., :n, :]
+        old = buffer[..., kept, :]
+        new[..., : old.shape[-2], :] = old
     return new
 
 
@@ -200,7 +263,9 @@ def decode_step(q, k, v, cache, *, scale=None, enable_gqa=False, return_weights=
 
     Call it once with the whole prompt (prefill), then once per generated
     token; each call returns exactly the rows that full causal attention
-    over the sequence so far would give for the new positions.
+    over the sequence so far would give for the new positions (with a
+    ``KVCache(max_len=w)``: full attention under
+    ``sliding_window_mask(..., window=w)``).
 
     Parameters
     ----------
@@ -213,7 +278,8 @@ def decode_step(q, k, v, cache, *, scale=None, enable_gqa=False, return_weights=
         Their values; appended to `cache`.
     cache : KVCache
         The cache, modified in place. If the step raises, it is left as it
-        was before the call.
+        was before the call. If it has a `max_len`, each query sees only
+        its `max_len` most recent positions, itself included.
     scale : float, optional
         Multiplier of the scores; default ``1 / sqrt(E)``.
     enable_gqa : bool, optional
@@ -227,8 +293,10 @@ def decode_step(q, k, v, cache, *, scale=None, enable_gqa=False, return_weights=
     out : ndarray, shape (..., T, Ev)
         Attention output of the new positions.
     weights : ndarray, shape (..., T, S)
-        Only with ``return_weights=True``; ``S = len(cache)`` after the
-        append.
+        Only with ``return_weights=True``. ``S = len(cache)`` after the
+        append; with a `max_len`, ``S`` is the number of positions cached
+        before the call plus ``T`` (the window of the earliest new query
+        may reach back past what the cache keeps afterwards).
 
     Raises
     ------
@@ -243,6 +311,7 @@ def decode_step(q, k, v, cache, *, scale=None, enable_gqa=False, return_weights=
     KVCache : The cache this appends to.
     scaled_dot_product_attention : Called with bottom-right ``is_causal``.
     causal_mask : Shows the bottom-right alignment.
+    sliding_window_mask : The mask used for a cache with `max_len`.
 
     Notes
     -----
@@ -253,6 +322,13 @@ def decode_step(q, k, v, cache, *, scale=None, enable_gqa=False, return_weights=
     causal attention over the whole sequence, whatever the split into
     steps, while each step costs :math:`O(T S)` instead of
     :math:`O(S^2)`.
+
+    A cache with `max_len` = :math:`w` held :math:`m \le w` positions
+    before the call; the step attends to those and the :math:`T` new ones
+    (:math:`S = m + T`) with ``sliding_window_mask(T, S, window=w,
+    alignment="bottom-right")``: query :math:`i` sees key :math:`j` iff
+    :math:`0 \le i + S - T - j < w`. The cache then keeps the last
+    :math:`w`, which are all that any later query can see.
 
     References
     ----------
@@ -293,13 +369,19 @@ def decode_step(q, k, v, cache, *, scale=None, enable_gqa=False, return_weights=
             f"q and k must hold the same number of new positions T (axis -2); got q {q.shape} and k {k.shape}"
         )
     before = cache._state()
+    n_keys = len(cache) + k.shape[-2]  # what was cached plus the new positions
     cache.append(k, v)
     try:
+        keys, values = cache._recent(n_keys)
+        mask = None  # plain bottom-right causal attention, unless the cache is a sliding window
+        if cache.max_len is not None:
+            mask = sliding_window_mask(q.shape[-2], n_keys, window=cache.max_len, alignment="bottom-right")
         return scaled_dot_product_attention(
             q,
-            cache.keys,
-            cache.values,
-            is_causal=True,
+            keys,
+            values,
+            mask=mask,
+            is_causal=mask is None,
             causal_alignment="bottom-right",
             scale=scale,
             enable_gqa=enable_gqa,

@@ -5,6 +5,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import attention_ref as ar
 
@@ -179,3 +181,130 @@ def test_failed_first_step_leaves_cache_empty():
     assert cache.keys is None
     ar.decode_step(np.ones((1, 4)), np.ones((1, 4)), np.ones((1, 2)), cache)  # a fresh E is accepted
     assert cache.keys.shape == (1, 4)
+
+
+# ---------------------------------------------------------------- sliding-window cache (max_len)
+
+
+@pytest.mark.parametrize(("max_len", "error"), [(0, ValueError), (-3, ValueError), (2.0, TypeError), (True, TypeError)])
+def test_max_len_must_be_a_positive_integer(max_len, error):
+    with pytest.raises(error, match=r"^max_len "):
+        ar.KVCache(max_len=max_len)
+
+
+def test_window_cache_keeps_the_newest_positions():
+    cache = ar.KVCache(np.arange(5.0).reshape(5, 1), -np.arange(5.0).reshape(5, 1), max_len=3)
+    assert cache.max_len == 3
+    assert len(cache) == 3
+    np.testing.assert_array_equal(cache.keys[:, 0], [2.0, 3.0, 4.0])
+    np.testing.assert_array_equal(cache.values[:, 0], [-2.0, -3.0, -4.0])
+    cache.append(np.array([[5.0]]), np.array([[-5.0]]))
+    np.testing.assert_array_equal(cache.keys[:, 0], [3.0, 4.0, 5.0])
+    assert "max_len=3" in repr(cache)
+    assert ar.KVCache().max_len is None
+
+
+@given(
+    sizes=st.lists(st.integers(0, 4), min_size=1, max_size=8),
+    max_len=st.integers(1, 5),
+)
+@settings(max_examples=40, deadline=None)
+def test_window_cache_holds_the_last_max_len_positions_property(sizes, max_len):
+    rng = np.random.default_rng(len(sizes))
+    ks = [rng.standard_normal((2, t, 3)) for t in sizes]
+    cache = ar.KVCache(max_len=max_len)
+    for i, k in enumerate(ks):
+        cache.append(k, k[..., :1] + 1.0)
+        seen = np.concatenate(ks[: i + 1], axis=-2)
+        expected = seen[..., max(0, seen.shape[-2] - max_len) :, :]
+        np.testing.assert_array_equal(cache.keys, expected)
+        np.testing.assert_array_equal(cache.values, expected[..., :1] + 1.0)
+        assert len(cache) == min(seen.shape[-2], max_len)
+
+
+def test_window_cache_memory_stays_bounded():
+    """One position at a time, the buffers never exceed 2 max_len and copy O(1) positions per append."""
+    cache = ar.KVCache(max_len=8)
+    reallocations = 0
+    buffer = None
+    for i in range(1000):
+        cache.append(np.full((1, 2), float(i)), np.zeros((1, 1)))
+        if cache._k is not buffer:
+            buffer, reallocations = cache._k, reallocations + 1
+        assert cache.capacity <= 16
+    # Each reallocation copies at most max_len positions; after the buffers reach 2 max_len that
+    # happens once per max_len appended positions.
+    assert reallocations <= 1000 // 8 + math.ceil(math.log2(16)) + 1
+    np.testing.assert_array_equal(cache.keys[:, 0], np.arange(992.0, 1000.0))
+
+
+def test_window_cache_views_survive_later_appends():
+    cache = ar.KVCache(np.array([[1.0], [2.0]]), np.zeros((2, 1)), max_len=2)
+    old = cache.keys
+    for i in range(20):
+        cache.append(np.array([[10.0 + i]]), np.zeros((1, 1)))
+    np.testing.assert_array_equal(old[:, 0], [1.0, 2.0])
+    np.testing.assert_array_equal(cache.keys[:, 0], [28.0, 29.0])
+
+
+@st.composite
+def _window_decoding_case(draw):
+    n = draw(st.integers(1, 9))
+    cuts = sorted(draw(st.lists(st.integers(1, n - 1), max_size=4, unique=True))) if n > 1 else []
+    return n, [0, *cuts, n], draw(st.integers(1, 6)), draw(st.integers(0, 2**16))
+
+
+@given(_window_decoding_case())
+@settings(max_examples=40, deadline=None)
+def test_window_decoding_equals_sliding_window_attention_property(case):
+    """Every step equals dense attention under a bottom-right sliding-window mask over the sequence so far."""
+    n, bounds, window, seed = case
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((2, n, 3))
+    k = rng.standard_normal((2, n, 3))
+    v = rng.standard_normal((2, n, 2))
+    cache = ar.KVCache(max_len=window)
+    for a, b in itertools.pairwise(bounds):
+        seen = len(cache)
+        assert seen == min(a, window)
+        out, w = ar.decode_step(q[:, a:b], k[:, a:b], v[:, a:b], cache, return_weights=True)
+        mask = ar.sliding_window_mask(b - a, b, window=window, alignment="bottom-right")
+        dense, dense_w = ar.scaled_dot_product_attention(
+            q[:, a:b], k[:, :b], v[:, :b], mask=mask, return_weights=True
+        )
+        np.testing.assert_allclose(out, dense, rtol=0, atol=ATOL)
+        # The step only sees the positions the cache held plus the new ones; every other weight is zero.
+        np.testing.assert_allclose(w, dense_w[..., a - seen :], rtol=0, atol=ATOL)
+        assert not dense_w[..., : a - seen].any()
+
+
+def test_window_decoding_by_hand():
+    # Window 2, E = 1, scale 1: the third query (q = 1) sees keys 1 and 2 only, not key 0.
+    cache = ar.KVCache(max_len=2)
+    k = np.array([[5.0], [0.0], [1.0]])
+    v = np.array([[100.0], [2.0], [4.0]])
+    ar.decode_step(np.zeros((2, 1)), k[:2], v[:2], cache)
+    out, w = ar.decode_step(np.array([[1.0]]), k[2:], v[2:], cache, scale=1.0, return_weights=True)
+    w2 = 1.0 / (1.0 + math.exp(-1.0))  # softmax(0, 1)[1]
+    np.testing.assert_allclose(w, [[0.0, 1 - w2, w2]], rtol=0, atol=ATOL)
+    np.testing.assert_allclose(out, [[(1 - w2) * 2.0 + w2 * 4.0]], rtol=0, atol=ATOL)
+
+
+def test_window_at_least_the_sequence_is_plain_causal_decoding(rng):
+    q, k, v = (rng.standard_normal((5, 2)) for _ in range(3))
+    cache = ar.KVCache(max_len=5)
+    outs = [ar.decode_step(q[:3], k[:3], v[:3], cache)]
+    outs += [ar.decode_step(q[t : t + 1], k[t : t + 1], v[t : t + 1], cache) for t in (3, 4)]
+    full = ar.scaled_dot_product_attention(q, k, v, is_causal=True)
+    np.testing.assert_allclose(np.concatenate(outs), full, rtol=0, atol=ATOL)
+
+
+def test_failed_window_step_leaves_cache_unchanged():
+    cache = ar.KVCache(np.arange(4.0).reshape(4, 1), np.zeros((4, 1)), max_len=2)
+    state = (len(cache), cache.keys.copy(), cache.capacity)
+    with pytest.raises(ValueError, match="scale"):
+        ar.decode_step(np.ones((3, 1)), np.ones((3, 1)), np.ones((3, 1)), cache, scale=np.nan)
+    assert (len(cache), cache.capacity) == (state[0], state[2])
+    np.testing.assert_array_equal(cache.keys, state[1])
+    ar.decode_step(np.ones((1, 1)), np.full((1, 1), 9.0), np.ones((1, 1)), cache)
+    np.testing.assert_array_equal(cache.keys[:, 0], [3.0, 9.0])
