@@ -83,7 +83,7 @@ def run_blocks(fn, tasks, n_scores: int) -> None:
     threads = n_threads()  # checks ATTENTION_REF_NUM_THREADS on every call
     pool = _get_pool() if threads > 1 and len(tasks) > 1 and n_scores >= _PARALLEL_MIN else None
     limit = _one_blas_thread() if pool is not None else None
-    if limit is None:
+    if pool is None or limit is None:
         for task in tasks:
             fn(task)
         return
