@@ -1,0 +1,126 @@
+"""The strict book build fails loudly, naming the culprit, on the mistakes a chapter author makes.
+
+A tiny book is written to a temporary directory and built with the project's own ``docs/conf.py`` (``-c docs``)
+and the Makefile's ``SPHINXOPTS``: a control copy must build cleanly, and a broken copy must fail with messages
+that name the chapter and the cell or line. Docstring examples are checked by pytest's ``--doctest-modules``
+(configured in pyproject.toml); a wrong example in a scratch module must make that run fail.
+"""
+
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+
+pytestmark = pytest.mark.docs
+
+NOTEBOOK_HEADER = """\
+---
+file_format: mystnb
+kernelspec:
+  name: python3
+  display_name: Python 3
+---
+"""
+
+
+def _sphinxopts():
+    """The strict options ``make docs`` uses, read from the Makefile so the two cannot drift apart."""
+    match = re.search(r"^SPHINXOPTS\s*\?=\s*(.*)$", (ROOT / "Makefile").read_text(), re.MULTILINE)
+    assert match, "SPHINXOPTS not found in the Makefile"
+    options = match.group(1).split()
+    assert "-W" in options and "-n" in options, options
+    return options
+
+
+def _write_book(src, *, cell="x = 1 + 1\nassert x == 2", target="ch-tiny", notebook=True):
+    (src / "chapters").mkdir(parents=True)
+    pages = ["chapters/tiny"] * notebook + ["chapters/prose"]
+    (src / "index.md").write_text("# Tiny book\n\n```{toctree}\n" + "\n".join(pages) + "\n```\n")
+    if notebook:
+        (src / "chapters" / "tiny.md").write_text(
+            NOTEBOOK_HEADER
+            + "\n(ch-tiny)=\n# A tiny chapter\n\nSome text.\n\n```{code-cell} ipython3\nimport numpy as np\n```\n\n"
+            + f"```{{code-cell}} ipython3\n{cell}\n```\n"
+        )
+    (src / "chapters" / "prose.md").write_text(f"(ch-prose)=\n# Prose\n\nFirst line.\n\nSee {{ref}}`{target}` here.\n")
+
+
+def _build(tmp_path, **book):
+    src = tmp_path / "src"
+    _write_book(src, **book)
+    out = tmp_path / "_build" / "html"
+    cmd = [sys.executable, "-m", "sphinx", *_sphinxopts(), "-c", str(DOCS), "-b", "html", str(src), str(out)]
+    result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    return result, src
+
+
+def _sphinx_messages(log):
+    """Sphinx's own warnings and errors (``path:line: WARNING: ...``), not the kernel's chatter."""
+    return [line for line in log.splitlines() if re.search(r": (WARNING|ERROR|CRITICAL): ", line)]
+
+
+@pytest.fixture(scope="module")
+def control(tmp_path_factory):
+    return _build(tmp_path_factory.mktemp("good"))
+
+
+def test_control_book_builds_cleanly(control):
+    result, _ = control
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert _sphinx_messages(result.stderr) == []
+
+
+def test_raising_cell_fails_naming_chapter_and_cell(tmp_path):
+    result, src = _build(tmp_path, cell="1 / 0  # seeded failure")
+    assert result.returncode != 0
+    log = result.stderr
+    # myst-nb names the chapter file, prints the failing cell's source and the exception.
+    assert f"{src / 'chapters' / 'tiny.md'}: WARNING: Executing notebook failed" in log, log
+    assert "1 / 0  # seeded failure" in log, log
+    assert "ZeroDivisionError" in log, log
+
+
+def test_broken_reference_fails_naming_chapter_and_line(tmp_path):
+    result, src = _build(tmp_path, target="ch-does-not-exist", notebook=False)
+    assert result.returncode != 0
+    messages = _sphinx_messages(result.stderr)
+    expected = re.escape(str(src / "chapters" / "prose.md")) + r":6: WARNING: undefined label: 'ch-does-not-exist'"
+    assert any(re.match(expected, line) for line in messages), result.stderr
+
+
+def test_wrong_docstring_example_fails_the_doctest_run(tmp_path):
+    module = tmp_path / "scratch_example.py"
+    module.write_text(
+        textwrap.dedent(
+            '''\
+            def double(x):
+                """Twice x.
+
+                Examples
+                --------
+                >>> from scratch_example import double
+                >>> double(2)
+                5
+                """
+                return 2 * x
+            '''
+        )
+    )
+    # The project's pytest configuration (doctest flags, --doctest-modules) applies: same rootdir/config file.
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-c", str(ROOT / "pyproject.toml"),
+           "--rootdir", str(tmp_path), str(module)]
+    result = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1, result.stdout
+    assert "scratch_example.double" in result.stdout
+    assert re.search(r"Expected:\s+5\s+Got:\s+4", result.stdout), result.stdout
+    # ...and the corrected example passes, so the failure above is the example's fault.
+    module.write_text(module.read_text().replace("    5\n", "    4\n"))
+    result = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout
+    assert "1 passed" in result.stdout
