@@ -294,8 +294,8 @@ def scaled_dot_product_attention(
 
     References
     ----------
-    .. [1] A. Vaswani et al., "Attention Is All You Need", NeurIPS, 2017.
-    .. [2] J. Ainslie et al., "GQA: Training Generalized Multi-Query
+    .. [1] Vaswani, A. et al., "Attention Is All You Need", NeurIPS, 2017.
+    .. [2] Ainslie, J. et al., "GQA: Training Generalized Multi-Query
        Transformer Models from Multi-Head Checkpoints", EMNLP, 2023.
 
     Examples

@@ -207,11 +207,11 @@ def blockwise_attention(
 
     References
     ----------
-    .. [1] M. Milakov and N. Gimelshein, "Online normalizer calculation for
+    .. [1] Milakov, M. and N. Gimelshein, "Online normalizer calculation for
        softmax", arXiv:1805.02867, 2018.
-    .. [2] M. N. Rabe and C. Staats, "Self-attention Does Not Need
+    .. [2] Rabe, M. N. and C. Staats, "Self-attention Does Not Need
        :math:`O(n^2)` Memory", arXiv:2112.05682, 2021.
-    .. [3] T. Dao, D. Y. Fu, S. Ermon, A. Rudra and C. Ré, "FlashAttention:
+    .. [3] Dao, T., D. Y. Fu, S. Ermon, A. Rudra and C. Ré, "FlashAttention:
        Fast and Memory-Efficient Exact Attention with IO-Awareness",
        NeurIPS, 2022.
 
@@ -345,9 +345,9 @@ def merge_attention(outs, lses):
 
     References
     ----------
-    .. [1] M. Milakov and N. Gimelshein, "Online normalizer calculation for
+    .. [1] Milakov, M. and N. Gimelshein, "Online normalizer calculation for
        softmax", arXiv:1805.02867, 2018.
-    .. [2] H. Liu, M. Zaharia and P. Abbeel, "Ring Attention with Blockwise
+    .. [2] Liu, H., M. Zaharia and P. Abbeel, "Ring Attention with Blockwise
        Transformers for Near-Infinite Context", arXiv:2310.01889, 2023.
 
     Examples

@@ -77,10 +77,10 @@ class KVCache:
 
     References
     ----------
-    .. [1] R. Pope, S. Douglas, A. Chowdhery, J. Devlin, J. Bradbury,
+    .. [1] Pope, R., S. Douglas, A. Chowdhery, J. Devlin, J. Bradbury,
        A. Levskaya, J. Heek, K. Xiao, S. Agrawal and J. Dean, "Efficiently
        Scaling Transformer Inference", arXiv:2211.05102, 2022.
-    .. [2] I. Beltagy, M. E. Peters and A. Cohan, "Longformer: The
+    .. [2] Beltagy, I., M. E. Peters and A. Cohan, "Longformer: The
        Long-Document Transformer", arXiv:2004.05150, 2020.
 
     Examples
@@ -332,7 +332,7 @@ def decode_step(q, k, v, cache, *, scale=None, enable_gqa=False, return_weights=
 
     References
     ----------
-    .. [1] R. Pope et al., "Efficiently Scaling Transformer Inference",
+    .. [1] Pope, R. et al., "Efficiently Scaling Transformer Inference",
        MLSys, 2023.
 
     Examples

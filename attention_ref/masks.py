@@ -71,7 +71,7 @@ def causal_mask(n_queries, n_keys=None, *, alignment="top-left"):
 
     References
     ----------
-    .. [1] A. Vaswani et al., "Attention Is All You Need", NeurIPS, 2017.
+    .. [1] Vaswani, A. et al., "Attention Is All You Need", NeurIPS, 2017.
 
     Examples
     --------
@@ -130,7 +130,7 @@ def sliding_window_mask(n_queries, n_keys=None, *, window, alignment="top-left")
 
     References
     ----------
-    .. [1] I. Beltagy, M. E. Peters, A. Cohan, "Longformer: The
+    .. [1] Beltagy, I., M. E. Peters, A. Cohan, "Longformer: The
        Long-Document Transformer", arXiv:2004.05150, 2020.
 
     Examples
@@ -247,7 +247,7 @@ def mask_to_bias(mask, dtype=np.float64):
 
     References
     ----------
-    .. [1] A. Vaswani et al., "Attention Is All You Need", NeurIPS, 2017.
+    .. [1] Vaswani, A. et al., "Attention Is All You Need", NeurIPS, 2017.
 
     Examples
     --------

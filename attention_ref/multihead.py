@@ -96,10 +96,10 @@ class MultiHeadParams:
 
     References
     ----------
-    .. [1] A. Vaswani et al., "Attention Is All You Need", NeurIPS, 2017.
-    .. [2] N. Shazeer, "Fast Transformer Decoding: One Write-Head is All
+    .. [1] Vaswani, A. et al., "Attention Is All You Need", NeurIPS, 2017.
+    .. [2] Shazeer, N., "Fast Transformer Decoding: One Write-Head is All
        You Need", arXiv:1911.02150, 2019.
-    .. [3] J. Ainslie et al., "GQA: Training Generalized Multi-Query
+    .. [3] Ainslie, J. et al., "GQA: Training Generalized Multi-Query
        Transformer Models from Multi-Head Checkpoints", EMNLP, 2023.
 
     Examples
@@ -254,7 +254,7 @@ def init_multi_head_params(rng, d_model, n_heads, *, n_kv_heads=None, d_head=Non
 
     References
     ----------
-    .. [1] X. Glorot and Y. Bengio, "Understanding the difficulty of training
+    .. [1] Glorot, X. and Y. Bengio, "Understanding the difficulty of training
        deep feedforward neural networks", AISTATS, 2010.
 
     Examples
@@ -337,7 +337,7 @@ def split_heads(x, n_heads):
 
     References
     ----------
-    .. [1] A. Vaswani et al., "Attention Is All You Need", NeurIPS, 2017.
+    .. [1] Vaswani, A. et al., "Attention Is All You Need", NeurIPS, 2017.
 
     Examples
     --------
@@ -395,7 +395,7 @@ def merge_heads(x):
 
     References
     ----------
-    .. [1] A. Vaswani et al., "Attention Is All You Need", NeurIPS, 2017.
+    .. [1] Vaswani, A. et al., "Attention Is All You Need", NeurIPS, 2017.
 
     Examples
     --------
@@ -510,10 +510,10 @@ def multi_head_attention(
 
     References
     ----------
-    .. [1] A. Vaswani et al., "Attention Is All You Need", NeurIPS, 2017.
-    .. [2] N. Shazeer, "Fast Transformer Decoding: One Write-Head is All
+    .. [1] Vaswani, A. et al., "Attention Is All You Need", NeurIPS, 2017.
+    .. [2] Shazeer, N., "Fast Transformer Decoding: One Write-Head is All
        You Need", arXiv:1911.02150, 2019.
-    .. [3] J. Ainslie et al., "GQA: Training Generalized Multi-Query
+    .. [3] Ainslie, J. et al., "GQA: Training Generalized Multi-Query
        Transformer Models from Multi-Head Checkpoints", EMNLP, 2023.
 
     Examples

@@ -74,7 +74,7 @@ def sinusoidal_positions(n, d, *, base=10000):
 
     References
     ----------
-    .. [1] A. Vaswani et al., "Attention Is All You Need", NeurIPS, 2017.
+    .. [1] Vaswani, A. et al., "Attention Is All You Need", NeurIPS, 2017.
 
     Examples
     --------
@@ -165,7 +165,7 @@ def apply_rope(x, positions=None, *, base=10000, interleaved=False):
 
     References
     ----------
-    .. [1] J. Su, Y. Lu, S. Pan, A. Murtadha, B. Wen, Y. Liu, "RoFormer:
+    .. [1] Su, J., Y. Lu, S. Pan, A. Murtadha, B. Wen, Y. Liu, "RoFormer:
        Enhanced Transformer with Rotary Position Embedding",
        arXiv:2104.09864, 2021.
 
@@ -265,7 +265,7 @@ def alibi_slopes(n_heads):
 
     References
     ----------
-    .. [1] O. Press, N. A. Smith, M. Lewis, "Train Short, Test Long:
+    .. [1] Press, O., N. A. Smith, M. Lewis, "Train Short, Test Long:
        Attention with Linear Biases Enables Input Length Extrapolation",
        ICLR, 2022.
 
@@ -344,7 +344,7 @@ def alibi_bias(n_heads, n_queries, n_keys=None, *, alignment="top-left"):
 
     References
     ----------
-    .. [1] O. Press, N. A. Smith, M. Lewis, "Train Short, Test Long:
+    .. [1] Press, O., N. A. Smith, M. Lewis, "Train Short, Test Long:
        Attention with Linear Biases Enables Input Length Extrapolation",
        ICLR, 2022.
 

@@ -74,7 +74,7 @@ def softmax(x, axis=-1):
 
     References
     ----------
-    .. [1] J. S. Bridle, "Probabilistic interpretation of feedforward
+    .. [1] Bridle, J. S., "Probabilistic interpretation of feedforward
        classification network outputs", Neurocomputing, 1990.
 
     Examples
@@ -147,7 +147,7 @@ def logsumexp(x, axis=-1, keepdims=False):
 
     References
     ----------
-    .. [1] P. Blanchard, D. J. Higham and N. J. Higham, "Accurately computing
+    .. [1] Blanchard, P., D. J. Higham and N. J. Higham, "Accurately computing
        the log-sum-exp and softmax functions", IMA Journal of Numerical
        Analysis, 41(4), 2021.
 
@@ -213,7 +213,7 @@ def log_softmax(x, axis=-1):
 
     References
     ----------
-    .. [1] P. Blanchard, D. J. Higham and N. J. Higham, "Accurately computing
+    .. [1] Blanchard, P., D. J. Higham and N. J. Higham, "Accurately computing
        the log-sum-exp and softmax functions", IMA Journal of Numerical
        Analysis, 41(4), 2021.
 

@@ -15,8 +15,14 @@ the stored outputs.
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 import shutil
 from pathlib import Path
+
+# Chapters that measure memory (tracemalloc) must print the same numbers on
+# every build: keep attention_ref's kernels on one thread while executing them.
+os.environ["ATTENTION_REF_NUM_THREADS"] = "1"
 
 DOCS = Path(__file__).resolve().parent
 ROOT = DOCS.parent
@@ -72,7 +78,11 @@ nb_execution_cache_path = ""
 def source_fingerprint() -> str:
     """Hash of everything executed chapters depend on besides their own text."""
     digest = hashlib.sha256()
-    inputs = [*sorted(PACKAGE.glob("*.py")), DOCS / "chapters" / "matplotlibrc"]
+    inputs = [
+        *sorted(PACKAGE.glob("*.py")),
+        DOCS / "chapters" / "matplotlibrc",
+        ROOT / "benchmarks" / "results.json",  # read by the Performance chapter
+    ]
     for path in inputs:
         if path.is_file():
             digest.update(path.relative_to(ROOT).as_posix().encode())
@@ -108,7 +118,6 @@ def _configure_execution_cache(app, config):
 autosummary_generate = True
 autosummary_imported_members = True
 autodoc_typehints = "none"
-autodoc_default_options = {"members": False}
 add_module_names = False
 
 numpydoc_show_class_members = False
@@ -159,12 +168,11 @@ intersphinx_mapping = {
 
 # -- Math ----------------------------------------------------------------------
 
-# HOOK for self-hosted MathJax: if docs/_static/mathjax/tex-chtml.js exists
-# (H8 vendors it), the book uses it and loads nothing from a CDN; otherwise
-# Sphinx's default CDN URL is used.
-_LOCAL_MATHJAX = DOCS / "_static" / "mathjax" / "tex-chtml.js"
-if _LOCAL_MATHJAX.is_file():
-    mathjax_path = "mathjax/tex-chtml.js"
+# Self-hosted MathJax 3: the sphinx-mathjax-offline package (docs extra) ships
+# MathJax 3.2.2 and copies it to _static/mathjax/ when the build finishes, so
+# no page loads anything from a CDN (checked by tests/test_site.py).
+extensions.append("sphinx-mathjax-offline")
+mathjax_path = "mathjax/tex-chtml.js"
 
 # -- HTML output -----------------------------------------------------------------
 
@@ -172,9 +180,14 @@ html_theme = "sphinx_book_theme"
 html_title = "attention_ref"
 html_static_path = ["_static"]
 html_css_files = ["custom.css"]
+html_favicon = "_static/favicon.svg"
 html_last_updated_fmt = None  # reproducible pages: no build timestamps
 html_copy_source = True
 html_show_sourcelink = False
+# No result snippets on the search page: Sphinx 9 fetches each hit's page and, for a
+# heading found through a MyST slug anchor (an empty <span id>), appends null and
+# throws a TypeError in the reader's console (tests/test_site.py catches it).
+html_show_search_summary = False
 html_theme_options = {
     "use_download_button": True,
     "use_fullscreen_button": True,
@@ -187,6 +200,9 @@ html_theme_options = {
     "home_page_in_toc": True,
     "navigation_with_keys": False,
 }
+# First visit (nothing in localStorage): follow the reader's system setting. Without
+# this pydata-sphinx-theme logs a console error ("Got invalid theme mode").
+html_context = {"default_mode": "auto"}
 
 copybutton_prompt_text = r">>> |\.\.\. |\$ "
 copybutton_prompt_is_regexp = True
@@ -204,7 +220,105 @@ def _warm_matplotlib(app, config):
         pass
 
 
+def _with_cached_outputs(app, notebook):
+    """The notebook with the outputs of its executed twin in the jupyter cache.
+
+    When a chapter's outputs come from the cache, MyST-NB writes the notebook
+    to ``jupyter_execute/`` without them; the cache holds the executed copy.
+    """
+    import nbformat
+    from jupyter_cache import get_cache
+
+    node = nbformat.from_dict(notebook)
+    try:
+        _, merged = get_cache(app.config.nb_execution_cache_path).merge_match_into_notebook(node)
+    except KeyError:  # executed in this build (or not cached): the file has the outputs
+        return notebook
+    return json.loads(nbformat.writes(merged))
+
+
+def _offer_notebook_download(app, pagename, templatename, context, doctree):
+    """Put each chapter's executed notebook in ``_sources/`` and let the theme's download menu offer it.
+
+    sphinx-book-theme only does this when a launch button (Binder, Colab, ...)
+    is configured; we have none (nothing reaches out), so do the same here,
+    before the theme builds its buttons (priority 501).
+    """
+    if "kernelspec" not in app.env.metadata.get(pagename, {}):
+        return
+    executed = Path(app.outdir).parent / "jupyter_execute" / f"{pagename}.ipynb"
+    if executed.is_file():
+        target = Path(app.outdir) / "_sources" / f"{pagename}.ipynb"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        # Cell ids are random when MyST-NB reads a text notebook: number them so
+        # that every build offers byte-identical notebooks.
+        # Execution counts are null when the outputs come from the cache: number
+        # the code cells in order, as one top-to-bottom run would have.
+        notebook = _with_cached_outputs(app, json.loads(executed.read_text(encoding="utf-8")))
+        count = 0
+        for index, cell in enumerate(notebook.get("cells", [])):
+            if "id" in cell:
+                cell["id"] = f"cell-{index}"
+            if cell.get("cell_type") == "code":
+                count += 1
+                cell["execution_count"] = count
+                for output in cell.get("outputs", []):
+                    if "execution_count" in output:
+                        output["execution_count"] = count
+        target.write_text(json.dumps(notebook, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        context["ipynb_source"] = f"{pagename}.ipynb"
+
+
+def _fix_citation_roles(app, pagename, templatename, context, doctree):
+    """Mark citations (numpydoc's References) as list items of their ``role="list"`` container.
+
+    Docutils gives each one the deprecated DPUB role ``doc-biblioentry``, which
+    axe reports (aria-deprecated-role, aria-required-children).
+    """
+    if "body" in context:
+        context["body"] = context["body"].replace('role="doc-biblioentry"', 'role="listitem"')
+
+
+def _copy_late_assets_early(app):
+    """Copy MathJax's and MyST-NB's files into ``_static/`` before any page is written.
+
+    Both extensions copy them when the build finishes, so a clean build writes
+    ``tex-chtml.js`` without the ``?v=<checksum>`` that an incremental build
+    adds (the file exists by then): the two builds' pages would differ.
+    """
+    if app.builder.format != "html":
+        return
+    import importlib
+
+    from myst_nb.sphinx_ext import add_global_html_resources
+
+    (Path(app.outdir) / "_static").mkdir(parents=True, exist_ok=True)
+    importlib.import_module("sphinx-mathjax-offline").copy_mathjax_files(app, None)
+    add_global_html_resources(app, None)
+
+
+def _reread_everything_if_anything_changed(app, env, added, changed, removed):
+    """Re-read every document whenever one changed, so incremental builds equal clean ones.
+
+    Sphinx's incremental build drops the index entries of documents it does not
+    re-read from ``searchindex.js`` (the API pages' entries vanish after editing
+    one chapter). Re-reading is cheap: executed chapters come from the cache,
+    so only the changed notebook runs again; a rebuild with nothing changed
+    still reads nothing.
+    """
+    if added or changed or removed:
+        return sorted(env.found_docs - set(added) - set(changed))
+    return []
+
+
 def setup(app):
+    app.connect("env-get-outdated", _reread_everything_if_anything_changed)
+    app.connect("html-page-context", _fix_citation_roles)
+    app.connect("builder-inited", _copy_late_assets_early, priority=900)
     app.connect("config-inited", _configure_execution_cache)
     app.connect("config-inited", _warm_matplotlib)
+    app.connect("html-page-context", _offer_notebook_download, priority=500)
+    # Load MathJax on every page, not only on pages with equations: the sidebar
+    # shows chapter titles that contain math (e.g. chapter 4's \sqrt{d_k}).
+    app.set_html_assets_policy("always")
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -6,6 +6,7 @@ that name the chapter and the cell or line. Docstring examples are checked by py
 (configured in pyproject.toml); a wrong example in a scratch module must make that run fail.
 """
 
+import os
 import re
 import subprocess
 import sys
@@ -55,8 +56,11 @@ def _build(tmp_path, **book):
     src = tmp_path / "src"
     _write_book(src, **book)
     out = tmp_path / "_build" / "html"
-    cmd = [sys.executable, "-m", "sphinx", *_sphinxopts(), "-c", str(DOCS), "-b", "html", str(src), str(out)]
-    result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    cmd = [
+        sys.executable, "-m", "sphinx", *_sphinxopts(), "--no-color", "-c", str(DOCS), "-b", "html", str(src), str(out)
+    ]
+    env = {**os.environ, "NO_COLOR": "1"}  # messages are matched as plain text (xdist workers may force colour)
+    result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     return result, src
 
 
