@@ -33,11 +33,11 @@ docs-clean:
 
 ## Every test: unit, property, conformance, doctests, the strict book build and the browser tests.
 test: docs chromium
-	$(PY) -m pytest
+	$(PY) -m pytest -n auto
 
 ## Only the package's tests and doctests (no book, no browser).
 test-fast: $(STAMP)
-	$(PY) -m pytest tests attention_ref -m "not docs and not browser"
+	$(PY) -m pytest -n auto -m "not docs and not browser"
 
 lint: $(STAMP)
 	$(PY) -m ruff check attention_ref tests benchmarks docs

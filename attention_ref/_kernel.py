@@ -92,20 +92,22 @@ def run_blocks(fn, tasks, n_scores: int) -> None:
             pass
 
 
-def softmax_rows_times(scores, v, out):
+def softmax_rows_times(scores, v1, out):
     """Write ``softmax(scores, axis=-1) @ v`` into `out`, overwriting `scores`.
 
     ``scores`` (l, S) holds scaled scores with any additive terms already
-    added; rows whose maximum is ``-inf`` (no allowed key) give zeros.
+    added; ``v1`` (S, Ev + 1) is ``v`` with a column of ones appended, so that
+    one matrix product gives both the unnormalised output and the row sums.
+    Rows whose maximum is ``-inf`` (no allowed key) give zeros.
     """
     m = scores.max(axis=-1, keepdims=True)  # (l, 1)
     m[~np.isfinite(m)] = 0.0  # fully masked rows: exp(-inf - 0) = 0
     scores -= m
     np.exp(scores, out=scores)  # unnormalised weights, each <= 1
-    total = scores.sum(axis=-1, keepdims=True)  # (l, 1)
+    both = scores @ v1  # (l, Ev + 1): [sum_j e_j v_j, sum_j e_j]
+    total = both[:, -1:]
     total[total == 0] = 1.0  # zero rows stay zero instead of 0/0
-    np.matmul(scores, v, out=out)
-    out /= total
+    np.divide(both[:, :-1], total, out=out)
 
 
 def dense_attention(problem) -> np.ndarray:
@@ -118,9 +120,13 @@ def dense_attention(problem) -> np.ndarray:
         # No keys: every row is fully masked, so the output is zeros.
         return np.zeros((*batch, L, Ev), dtype=p.out_dtype)
     out = np.empty((*batch, L, Ev), dtype=p.q.dtype)
-    q = np.broadcast_to(p.q, batch + p.q.shape[-2:])
+    with np.errstate(invalid="ignore", over="ignore"):
+        q = p.q * p.q.dtype.type(p.scale)  # scale the (L, E) queries, not the (L, S) scores
+    q = np.broadcast_to(q, batch + q.shape[-2:])
     kt = np.swapaxes(np.broadcast_to(p.k, batch + p.k.shape[-2:]), -1, -2)  # (..., E, S)
-    v = np.broadcast_to(p.v, batch + p.v.shape[-2:])
+    ones = np.ones((*p.v.shape[:-1], 1), dtype=p.v.dtype)
+    v1 = np.concatenate([p.v, ones], axis=-1)  # (..., S, Ev + 1)
+    v1 = np.broadcast_to(v1, (*batch, S, Ev + 1))
     starts = range(0, L, QUERY_BLOCK)
     extras = {}
     for r0 in starts:
@@ -133,12 +139,11 @@ def dense_attention(problem) -> np.ndarray:
         idx, r0 = task
         rows = slice(r0, r0 + QUERY_BLOCK)
         with np.errstate(invalid="ignore", over="ignore"):  # per thread: errstate is thread-local
-            scores = q[(*idx, rows)] @ kt[idx]  # (l, S)
-            scores *= p.scale
+            scores = q[(*idx, rows)] @ kt[idx]  # (l, S), already scaled
             extra = extras[r0]
             if extra is not None:
                 scores += extra[idx]
-            softmax_rows_times(scores, v[idx], out[(*idx, rows)])
+            softmax_rows_times(scores, v1[idx], out[(*idx, rows)])
 
     n_scores = int(np.prod(batch, dtype=np.int64)) * L * S
     run_blocks(block, [(idx, r0) for idx in np.ndindex(*batch) for r0 in starts], n_scores)

@@ -171,7 +171,7 @@ def fmt_table(rows: list[dict]) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--write", type=Path, help="write the results as JSON to this path")
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--memory-n", type=int, default=16384)
     parser.add_argument("--long-n", type=int, default=65536, help="length of the long run (0 to skip)")
     args = parser.parse_args(argv)

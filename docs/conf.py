@@ -237,6 +237,30 @@ def _with_cached_outputs(app, notebook):
     return json.loads(nbformat.writes(merged))
 
 
+def _merge_streams(outputs):
+    """Join each stream's chunks (stdout, stderr) into one output, exactly.
+
+    How a kernel splits one ``print`` into messages is a matter of timing
+    (``print(x)`` writes ``x`` and the newline separately), so an executed
+    notebook is only reproducible once the chunks are joined. MyST-NB's own
+    merge strips each chunk's trailing whitespace and so turns the split
+    ``"a" | "\\nb\\n"`` into ``"a\\n\\nb\\n"``: this join is exact instead, and
+    replaces it for the pages too (see `setup`).
+    """
+    merged, streams = [], {}
+    for output in outputs:
+        if output.get("output_type") != "stream":
+            merged.append(output)
+        elif output["name"] in streams:
+            first = streams[output["name"]]
+            first["text"] = "".join(first["text"]) + "".join(output["text"])
+        else:
+            output = dict(output, text="".join(output["text"]))
+            streams[output["name"]] = output
+            merged.append(output)
+    return merged
+
+
 def _offer_notebook_download(app, pagename, templatename, context, doctree):
     """Put each chapter's executed notebook in ``_sources/`` and let the theme's download menu offer it.
 
@@ -262,7 +286,8 @@ def _offer_notebook_download(app, pagename, templatename, context, doctree):
             if cell.get("cell_type") == "code":
                 count += 1
                 cell["execution_count"] = count
-                for output in cell.get("outputs", []):
+                cell["outputs"] = _merge_streams(cell.get("outputs", []))
+                for output in cell["outputs"]:
                     if "execution_count" in output:
                         output["execution_count"] = count
         target.write_text(json.dumps(notebook, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
@@ -312,6 +337,11 @@ def _reread_everything_if_anything_changed(app, env, added, changed, removed):
 
 
 def setup(app):
+    import nbformat
+    from myst_nb.core import render
+
+    # Pages render merged streams through the same exact join as the notebooks.
+    render.coalesce_streams = lambda outputs: [nbformat.from_dict(o) for o in _merge_streams(outputs)]
     app.connect("env-get-outdated", _reread_everything_if_anything_changed)
     app.connect("html-page-context", _fix_citation_roles)
     app.connect("builder-inited", _copy_late_assets_early, priority=900)

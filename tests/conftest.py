@@ -104,6 +104,20 @@ def record_deviation():
     return record
 
 
+def pytest_sessionfinish(session):
+    """Under pytest-xdist, hand this worker's deviations to the controller."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["deviations"] = {group: list(values) for group, values in _DEVIATIONS.items()}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """Under pytest-xdist, gather a finished worker's deviations for the summary."""
+    for group, values in getattr(node, "workeroutput", {}).get("deviations", {}).items():
+        _DEVIATIONS[group].extend(values)
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if not _DEVIATIONS:
         return
