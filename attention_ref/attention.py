@@ -338,8 +338,7 @@ def scaled_dot_product_attention(
     if dropout_p == 0:
         # The same formula, evaluated in cache-sized blocks of queries in place;
         # `out` does not depend on whether the weights are asked for as well.
-        with np.errstate(invalid="ignore", over="ignore"):  # non-finite input: NaN rows, no warning
-            out = dense_attention(p)
+        out = dense_attention(p)  # non-finite input gives NaN rows, without a warning
         if not return_weights:
             return out
     weights = softmax(_scores(p), axis=-1)  # (..., L, S)
