@@ -3,14 +3,17 @@
 It computes exactly what the textbook formula computes, row by row, but in
 blocks of queries so that the (block, S) slice of scores stays in cache, with
 every step done in place, and the softmax normalisation applied to the
-(block, Ev) output instead of the (block, S) weights. Blocks are independent,
-so they run on a small thread pool: NumPy releases the GIL inside matmul and
-ufuncs.
+(block, Ev) output instead of the (block, S) weights. Where a Cauchy-Schwarz
+bound proves that ``exp(score)`` cannot overflow, the row maximum is not
+subtracted at all (the softmax does not depend on the shift). Blocks are
+independent, so they run on a small thread pool: NumPy releases the GIL inside
+matmul and ufuncs.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -87,35 +90,71 @@ def run_blocks(fn, tasks, n_scores: int) -> None:
         for task in tasks:
             fn(task)
         return
-    # One submission per thread (a future per task costs ~25 us); interleaved
-    # so that each thread gets a share of the heavier late causal blocks.
-    chunks = [tasks[i::threads] for i in range(threads)]
+    # Every thread (the caller's included) takes the next task from a shared
+    # queue until none is left, so a thread slowed by the machine's other load
+    # simply does fewer of them; a future per task would cost ~25 us each.
+    queue = iter(tasks)
+    lock = threading.Lock()
 
-    def run_chunk(chunk):
-        for task in chunk:
+    def worker():
+        while True:
+            with lock:
+                task = next(queue, None)
+            if task is None:
+                return
             fn(task)
 
     with limit:
-        for _ in pool.map(run_chunk, chunks):
-            pass
+        helpers = [pool.submit(worker) for _ in range(min(threads, len(tasks)) - 1)]
+        worker()
+        for helper in helpers:
+            helper.result()  # re-raises a worker's exception here
 
 
-def softmax_rows_times(scores, v1, out):
+def softmax_rows_times(scores, v, out, shift=True, safe=False) -> None:
     """Write ``softmax(scores, axis=-1) @ v`` into `out`, overwriting `scores`.
 
     ``scores`` (l, S) holds scaled scores with any additive terms already
-    added; ``v1`` (S, Ev + 1) is ``v`` with a column of ones appended, so that
-    one matrix product gives both the unnormalised output and the row sums.
-    Rows whose maximum is ``-inf`` (no allowed key) give zeros.
+    added, ``v`` is (S, Ev) and ``out`` (l, Ev). Rows whose maximum is
+    ``-inf`` (no allowed key) give zeros.
+
+    The fast way (``safe=False``) normalises after the product, on the
+    (l, Ev) output instead of the (l, S) weights. With ``shift=False`` it
+    also skips subtracting the row maximum before ``exp``; the caller has
+    bounded ``|scores|`` by `exp_limit`. The softmax is unchanged, since
+    ``exp(s - m) / sum exp(s - m) = exp(s) / sum exp(s)``, and two passes over
+    the scores are saved. Either can overflow when ``v`` comes within a
+    factor of about ``S`` of the largest float, because the unnormalised
+    sums exceed ``max |v|``; ``safe=True`` (which implies the shift)
+    normalises the weights first, so that every output is a convex
+    combination of the values and overflows only if they do.
     """
-    m = scores.max(axis=-1, keepdims=True)  # (l, 1)
-    m[~np.isfinite(m)] = 0.0  # fully masked rows: exp(-inf - 0) = 0
-    scores -= m
-    np.exp(scores, out=scores)  # unnormalised weights, each <= 1
-    both = scores @ v1  # (l, Ev + 1): [sum_j e_j v_j, sum_j e_j]
-    total = both[:, -1:]
+    if shift or safe:
+        m = scores.max(axis=-1, keepdims=True)  # (l, 1)
+        m[~np.isfinite(m)] = 0.0  # fully masked rows: exp(-inf - 0) = 0
+        scores -= m
+    np.exp(scores, out=scores)  # unnormalised weights
+    total = scores.sum(axis=-1, keepdims=True)  # (l, 1): sum_j e_j
     total[total == 0] = 1.0  # zero rows stay zero instead of 0/0
-    np.divide(both[:, :-1], total, out=out)
+    if safe:
+        scores /= total
+    np.matmul(scores, v, out=out)  # (l, Ev): sum_j e_j v_j
+    if not safe:
+        out /= total
+
+
+def exp_limit(dtype) -> float:
+    """Largest ``|score|`` for which `softmax_rows_times` may skip the max shift.
+
+    A quarter of ``log(finfo.max)``: 22.2 in float32, 177 in float64. With
+    every allowed score in ``[-limit, limit]`` the largest weight
+    ``exp(s)`` is at least ``exp(-limit)``, so the row cannot underflow to
+    zero, and the weights that do underflow are below ``exp(-3 * limit)`` of
+    it, far under the rounding error. The sums cannot overflow unless ``v``
+    is within a factor ``S * exp(limit)`` of ``finfo.max``; the dense kernel
+    checks its output and recomputes a block the safe way if they did.
+    """
+    return float(np.log(np.finfo(dtype).max)) / 4
 
 
 def dense_attention(problem) -> np.ndarray:
@@ -127,32 +166,45 @@ def dense_attention(problem) -> np.ndarray:
     if S == 0 or L == 0 or Ev == 0 or 0 in batch:
         # No keys: every row is fully masked, so the output is zeros.
         return np.zeros((*batch, L, Ev), dtype=p.out_dtype)
-    out = np.empty((*batch, L, Ev), dtype=p.q.dtype)
-    with np.errstate(invalid="ignore", over="ignore"):
-        q = p.q * p.q.dtype.type(p.scale)  # scale the (L, E) queries, not the (L, S) scores
-    q = np.broadcast_to(q, batch + q.shape[-2:])
-    kt = np.swapaxes(np.broadcast_to(p.k, batch + p.k.shape[-2:]), -1, -2)  # (..., E, S)
-    ones = np.ones((*p.v.shape[:-1], 1), dtype=p.v.dtype)
-    v1 = np.concatenate([p.v, ones], axis=-1)  # (..., S, Ev + 1)
-    v1 = np.broadcast_to(v1, (*batch, S, Ev + 1))
-    starts = range(0, L, QUERY_BLOCK)
+    dtype = p.q.dtype
+    scale = dtype.type(p.scale)
+    out = np.empty((*batch, L, Ev), dtype=dtype)
+    q = np.broadcast_to(p.q, batch + p.q.shape[-2:])  # (..., L, E)
+    k = np.broadcast_to(p.k, batch + p.k.shape[-2:])  # (..., S, E)
+    v = np.broadcast_to(p.v, batch + p.v.shape[-2:])  # (..., S, Ev)
+    # Cauchy-Schwarz: |q_i . k_j| <= |q_i| max_j |k_j|. Where that bound is
+    # below exp_limit, exp(score) is safe without subtracting the row maximum.
+    # Masks add 0 or -inf and keep the bound; a float bias does not.
+    limit = exp_limit(dtype) if p.bias is None else -1.0
+    k_norms: dict = {}  # max_j |k_j| per batch index, filled by whichever thread needs it first
     extras = {}
-    for r0 in starts:
+    for r0 in range(0, L, QUERY_BLOCK):
         extra = p.additive(slice(r0, r0 + QUERY_BLOCK), slice(None))
-        if extra is not None:
-            extra = np.broadcast_to(extra, batch + extra.shape[-2:])
-        extras[r0] = extra
+        extras[r0] = None if extra is None else np.broadcast_to(extra, batch + extra.shape[-2:])
+    scratch = threading.local()  # one (QUERY_BLOCK, S) score buffer per thread
 
     def block(task):
         idx, r0 = task
         rows = slice(r0, r0 + QUERY_BLOCK)
+        target = out[(*idx, rows)]  # (l, Ev)
+        if not hasattr(scratch, "scores"):
+            scratch.scores = np.empty((min(L, QUERY_BLOCK), S), dtype=dtype)
         with np.errstate(invalid="ignore", over="ignore"):  # per thread: errstate is thread-local
-            scores = q[(*idx, rows)] @ kt[idx]  # (l, S), already scaled
-            extra = extras[r0]
-            if extra is not None:
-                scores += extra[idx]
-            softmax_rows_times(scores, v1[idx], out[(*idx, rows)])
+            q_block = q[(*idx, rows)] * scale  # (l, E): scale the queries, not the (l, S) scores
+            shift = True
+            if limit > 0:
+                if idx not in k_norms:
+                    k_norms[idx] = np.sqrt(np.einsum("se,se->s", k[idx], k[idx]).max())
+                q_max = np.sqrt(np.einsum("le,le->l", q_block, q_block).max())
+                shift = not q_max * k_norms[idx] <= limit  # NaN compares False: shifted path
+            for safe in (False, True):
+                scores = np.matmul(q_block, k[idx].T, out=scratch.scores[: len(q_block)])  # (l, S)
+                if extras[r0] is not None:
+                    scores += extras[r0][idx]
+                softmax_rows_times(scores, v[idx], target, shift=shift, safe=safe)
+                if np.isfinite(target).all():
+                    break  # else a sum overflowed (or the input is not finite): redo the block safely
 
     n_scores = int(np.prod(batch, dtype=np.int64)) * L * S
-    run_blocks(block, [(idx, r0) for idx in np.ndindex(*batch) for r0 in starts], n_scores)
+    run_blocks(block, [(idx, r0) for idx in np.ndindex(*batch) for r0 in range(0, L, QUERY_BLOCK)], n_scores)
     return out.astype(p.out_dtype, copy=False)

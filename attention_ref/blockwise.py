@@ -274,6 +274,14 @@ def blockwise_attention(
         rows = slice(r0, min(L, r0 + block_q))
         with np.errstate(invalid="ignore", over="ignore"):  # per thread: errstate is thread-local
             _attend_query_block(p, p_off_diagonal, qs[..., rows, :], kt, vs, rows, block_k, out, lse)
+            if not np.isfinite(out[..., rows, :]).all():
+                # The running sums reach up to S * max|v|, which overflows for values within a factor S of
+                # the largest float (or the input is not finite). Redo the block with v divided by a power
+                # of two >= 2 S, exactly, and multiply the (convex) result back.
+                shift = int(np.ceil(np.log2(2 * max(S, 1))))
+                v_small = np.ldexp(vs, -shift)
+                _attend_query_block(p, p_off_diagonal, qs[..., rows, :], kt, v_small, rows, block_k, out, lse)
+                np.ldexp(out[..., rows, :], shift, out=out[..., rows, :])
 
     # Query blocks are independent: run them on the package's thread pool
     # (one BLAS thread each) when there is enough work, as the dense kernel does.

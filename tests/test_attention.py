@@ -84,7 +84,8 @@ def test_bool_mask_equals_its_bias(rng):
     np.testing.assert_allclose(
         scaled_dot_product_attention(q, k, v, mask=mask),
         scaled_dot_product_attention(q, k, v, bias=mask_to_bias(mask)),
-        rtol=1e-15,
+        rtol=1e-13,  # a few ulps: the bias path subtracts the row maximum, the mask path need not
+        atol=1e-16,
     )
 
 
@@ -337,6 +338,36 @@ def test_extreme_logits_stay_finite(dtype, sign):
     np.testing.assert_allclose(w.astype(np.float64).sum(-1), 1.0, rtol=1e-3)
     winner = 0 if sign > 0 else 1
     np.testing.assert_allclose(out[0].astype(np.float64), v[winner].astype(np.float64), rtol=1e-3, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("size", [1.0, 30.0, 300.0])
+def test_large_scores_match_the_reference(rng, reference_attention, dtype, size):
+    # The kernel skips the row-maximum shift when the Cauchy-Schwarz bound |q_i| max|k_j| is small (size 1)
+    # and must take it when exp would overflow (size 30 in float32, 300 in float64).
+    q, k, v = qkv(rng, batch=(2,), L=5, S=7, E=4)
+    q, k = q * size, k * size
+    expected, _ = reference_attention(q, k, v, allowed=np.array([True] * 6 + [False]))
+    out = scaled_dot_product_attention(q.astype(dtype), k.astype(dtype), v.astype(dtype), mask=padding_mask(6, 7))
+    assert out.dtype == dtype and np.all(np.isfinite(out))
+    tol = 1e-12 if dtype == np.float64 else 1e-5 * size**2  # float32 rounding of q and k moves the scores
+    np.testing.assert_allclose(out, expected, rtol=0, atol=min(tol, 1e-2 if size == 300 else tol))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("size", [1.0, 30.0])
+@pytest.mark.parametrize("attend", [scaled_dot_product_attention, blockwise_attention])
+def test_values_near_the_largest_float_do_not_overflow(rng, dtype, size, attend):
+    # Both kernels normalise after the product, so their sums reach about S * max|v| (times exp(s) when small
+    # scores of size 1 let the dense kernel skip the max shift): over the largest float here. They must
+    # notice and recompute safely. Attention is linear in v, so the scaled output is known.
+    q, k, v = qkv(rng, batch=(3,), L=6, S=50, E=8, dtype=dtype)
+    q, v = q * dtype(size), np.abs(v) + 1
+    huge = dtype(np.finfo(dtype).max / 10)
+    out = attend(q, k, v * huge)
+    assert np.all(np.isfinite(out))
+    tol = 1e4 * np.finfo(dtype).eps  # 2e-12 in float64, 1e-3 in float32 (rounding of different sums)
+    np.testing.assert_allclose(out / huge, scaled_dot_product_attention(q, k, v), rtol=tol, atol=tol)
 
 
 # --- broadcasting -----------------------------------------------------------
