@@ -20,8 +20,10 @@ import numpy as np
 
 __all__: list[str] = []  # private module
 
-#: Queries per block: (QUERY_BLOCK, S) scores in float64 stay within a few MiB.
-QUERY_BLOCK = 256
+#: Most queries per block, and the most bytes one block's (rows, S) scores may take.
+MAX_BLOCK_ROWS = 512
+BLOCK_BYTES = 4 << 20
+MIN_BLOCK_ROWS = 64
 #: Below this many score entries threads cost more than they save.
 _PARALLEL_MIN = 1 << 20
 
@@ -157,6 +159,21 @@ def exp_limit(dtype) -> float:
     return float(np.log(np.finfo(dtype).max)) / 4
 
 
+def block_rows(n_rows: int, n_keys: int, itemsize: int, n_batch: int = 1) -> int:
+    """Query rows per block: a power of two with (rows, n_keys) scores within `BLOCK_BYTES`.
+
+    Between `MIN_BLOCK_ROWS` and `MAX_BLOCK_ROWS` (the largest that helps the
+    matrix products), and halved while there would be fewer than two blocks
+    per thread, so that small problems still use every core.
+    """
+    rows = MAX_BLOCK_ROWS
+    while rows > MIN_BLOCK_ROWS and rows * n_keys * itemsize > BLOCK_BYTES:
+        rows //= 2
+    while rows > MIN_BLOCK_ROWS and n_batch * -(-n_rows // rows) < 2 * n_threads():
+        rows //= 2
+    return rows
+
+
 def dense_attention(problem) -> np.ndarray:
     """Attention output for a checked ``AttentionProblem`` (no weights, no dropout)."""
     p = problem
@@ -177,18 +194,36 @@ def dense_attention(problem) -> np.ndarray:
     # Masks add 0 or -inf and keep the bound; a float bias does not.
     limit = exp_limit(dtype) if p.bias is None else -1.0
     k_norms: dict = {}  # max_j |k_j| per batch index, filled by whichever thread needs it first
-    extras = {}
-    for r0 in range(0, L, QUERY_BLOCK):
-        extra = p.additive(slice(r0, r0 + QUERY_BLOCK), slice(None))
-        extras[r0] = None if extra is None else np.broadcast_to(extra, batch + extra.shape[-2:])
-    scratch = threading.local()  # one (QUERY_BLOCK, S) score buffer per thread
+    n_batch = int(np.prod(batch, dtype=np.int64))
+    rows_per_block = block_rows(L, S, dtype.itemsize, n_batch)
+    # The heads of one query block run one after another, so that the block's
+    # additive term (mask, causal mask, bias) is built once, shared, and
+    # dropped when its last head is done: O(threads * rows * S), not O(L * S).
+    tasks = [(idx, r0) for r0 in range(0, L, rows_per_block) for idx in np.ndindex(*batch)]
+    extras: dict = {}
+    uses = dict.fromkeys(range(0, L, rows_per_block), 0)
+    lock = threading.Lock()
+    scratch = threading.local()  # one (rows_per_block, S) score buffer per thread
+
+    def additive(r0):
+        extra = extras.get(r0)
+        if extra is None:  # two threads may both build it: same value, no harm
+            extra = p.additive(slice(r0, r0 + rows_per_block), slice(None))
+            extra = False if extra is None else np.broadcast_to(extra, batch + extra.shape[-2:])
+            extras[r0] = extra
+        with lock:
+            uses[r0] += 1
+            if uses[r0] == n_batch:
+                del extras[r0]
+        return extra
 
     def block(task):
         idx, r0 = task
-        rows = slice(r0, r0 + QUERY_BLOCK)
+        rows = slice(r0, r0 + rows_per_block)
         target = out[(*idx, rows)]  # (l, Ev)
         if not hasattr(scratch, "scores"):
-            scratch.scores = np.empty((min(L, QUERY_BLOCK), S), dtype=dtype)
+            scratch.scores = np.empty((min(L, rows_per_block), S), dtype=dtype)
+        extra = additive(r0)
         with np.errstate(invalid="ignore", over="ignore"):  # per thread: errstate is thread-local
             q_block = q[(*idx, rows)] * scale  # (l, E): scale the queries, not the (l, S) scores
             shift = True
@@ -199,12 +234,11 @@ def dense_attention(problem) -> np.ndarray:
                 shift = not q_max * k_norms[idx] <= limit  # NaN compares False: shifted path
             for safe in (False, True):
                 scores = np.matmul(q_block, k[idx].T, out=scratch.scores[: len(q_block)])  # (l, S)
-                if extras[r0] is not None:
-                    scores += extras[r0][idx]
+                if extra is not False:
+                    scores += extra[idx]
                 softmax_rows_times(scores, v[idx], target, shift=shift, safe=safe)
                 if np.isfinite(target).all():
                     break  # else a sum overflowed (or the input is not finite): redo the block safely
 
-    n_scores = int(np.prod(batch, dtype=np.int64)) * L * S
-    run_blocks(block, [(idx, r0) for idx in np.ndindex(*batch) for r0 in range(0, L, QUERY_BLOCK)], n_scores)
+    run_blocks(block, tasks, n_batch * L * S)
     return out.astype(p.out_dtype, copy=False)

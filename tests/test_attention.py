@@ -529,6 +529,23 @@ def test_thread_count_does_not_change_the_result(monkeypatch, rng, reference_att
     np.testing.assert_allclose(blocks, expected, rtol=0, atol=1e-13)
 
 
+def test_dense_causal_output_does_not_build_the_full_mask(rng):
+    # Without weights the dense kernel works block by block; the causal mask of each query block is built
+    # when needed and dropped after its last head, so memory stays far below the (L, S) mask's 128 MiB.
+    import tracemalloc
+
+    q, k, v = (rng.standard_normal((2, 4096, 16)) for _ in range(3))
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        out = scaled_dot_product_attention(q, k, v, is_causal=True)
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    assert np.all(np.isfinite(out))
+    assert peak < 48 * 2**20, f"peak {peak / 2**20:.0f} MiB"
+
+
 @pytest.mark.parametrize("value", ["0", "-2", "many"])
 def test_bad_thread_count_is_a_named_error(monkeypatch, rng, value):
     q = rng.standard_normal((2, 80, 16))
