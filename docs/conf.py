@@ -322,18 +322,66 @@ def _copy_late_assets_early(app):
     add_global_html_resources(app, None)
 
 
+def _static_files_hash() -> str:
+    """Hash of docs/_static: every page links its files with a checksum (custom.css?v=...)."""
+    digest = hashlib.sha256()
+    for path in sorted((DOCS / "_static").rglob("*")):
+        if path.is_file():
+            digest.update(path.relative_to(DOCS).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
 def _reread_everything_if_anything_changed(app, env, added, changed, removed):
-    """Re-read every document whenever one changed, so incremental builds equal clean ones.
+    """Re-read every document whenever one (or a static file) changed, so incremental builds equal clean ones.
 
     Sphinx's incremental build drops the index entries of documents it does not
     re-read from ``searchindex.js`` (the API pages' entries vanish after editing
-    one chapter). Re-reading is cheap: executed chapters come from the cache,
-    so only the changed notebook runs again; a rebuild with nothing changed
-    still reads nothing.
+    one chapter, or when only some pages are rewritten), and it does not
+    rewrite unchanged pages when only a static file changed, so they keep
+    linking the old ``custom.css?v=<checksum>``.
+    Re-reading is cheap: executed chapters come from the cache, so only a
+    changed notebook runs again; a rebuild with nothing changed still reads
+    nothing.
     """
-    if added or changed or removed:
+    static = _static_files_hash()
+    static_changed = getattr(env, "attention_ref_static_hash", None) != static
+    env.attention_ref_static_hash = static
+    # Pages the builder will rewrite anyway (an output file older than its source or a template): writing only
+    # some of them would also leave searchindex.js without the other pages' index entries.
+    rewrite = set(app.builder.get_outdated_docs()) if app.builder.format == "html" else set()
+    if added or changed or removed or static_changed or rewrite:
+        # Every page will be written again: let Sphinx index them afresh instead of
+        # patching the old searchindex.js, which keeps terms of removed text (with
+        # no pages) and loses the API pages' index entries.
+        (Path(app.outdir) / "searchindex.js").unlink(missing_ok=True)
         return sorted(env.found_docs - set(added) - set(changed))
     return []
+
+
+def _keep_the_complete_search_index(app):
+    """Leave searchindex.js alone when a build writes no page.
+
+    Sphinx rewrites the search index on every build, from the old file plus
+    the pages it writes; loading the old file loses its index entries (the API
+    pages' objects) and keeps terms of removed text. With every page rewritten
+    whenever anything changed (above), only a build that writes nothing would
+    still degrade the index, so that build keeps the file it has.
+    """
+    builder = app.builder
+    if not hasattr(builder, "dump_search_index"):
+        return
+    prepare_writing, dump_search_index = builder.prepare_writing, builder.dump_search_index
+    written: list = []
+
+    def prepare(docnames):
+        written.extend(docnames)
+        prepare_writing(docnames)
+
+    def dump():
+        if written or not (Path(builder.outdir) / builder.searchindex_filename).is_file():
+            dump_search_index()
+
+    builder.prepare_writing, builder.dump_search_index = prepare, dump
 
 
 def setup(app):
@@ -345,6 +393,7 @@ def setup(app):
     app.connect("env-get-outdated", _reread_everything_if_anything_changed)
     app.connect("html-page-context", _fix_citation_roles)
     app.connect("builder-inited", _copy_late_assets_early, priority=900)
+    app.connect("builder-inited", _keep_the_complete_search_index)
     app.connect("config-inited", _configure_execution_cache)
     app.connect("config-inited", _warm_matplotlib)
     app.connect("html-page-context", _offer_notebook_download, priority=500)

@@ -128,3 +128,16 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         overall = max(overall, max(values))
         terminalreporter.write_line(f"max |ours - {group}| = {max(values):.3e}  over {len(values)} comparisons")
     terminalreporter.write_line(f"overall max |ours - reference| = {overall:.3e}")
+
+
+# The longest tests, first: under pytest-xdist the worker that takes the second book build (about a minute
+# of CPU) should start it at once, while the other workers share out everything else.
+_SLOW_FIRST = ("test_docs_reproducible.py", "test_docs_build.py", "test_lint.py")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    def rank(item):
+        name = item.path.name
+        return _SLOW_FIRST.index(name) if name in _SLOW_FIRST else len(_SLOW_FIRST)
+
+    items.sort(key=rank)  # stable: the order within each group is kept

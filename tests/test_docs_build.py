@@ -39,7 +39,7 @@ def _sphinxopts():
     return options
 
 
-def _write_book(src, *, cell="x = 1 + 1\nassert x == 2", target="ch-tiny", notebook=True):
+def _write_book(src, *, cell="x = 1 + 1\nassert x == 2", target="ch-tiny", notebook=True, prose=""):
     (src / "chapters").mkdir(parents=True)
     pages = ["chapters/tiny"] * notebook + ["chapters/prose"]
     (src / "index.md").write_text("# Tiny book\n\n```{toctree}\n" + "\n".join(pages) + "\n```\n")
@@ -49,19 +49,23 @@ def _write_book(src, *, cell="x = 1 + 1\nassert x == 2", target="ch-tiny", noteb
             + "\n(ch-tiny)=\n# A tiny chapter\n\nSome text.\n\n```{code-cell} ipython3\nimport numpy as np\n```\n\n"
             + f"```{{code-cell}} ipython3\n{cell}\n```\n"
         )
-    (src / "chapters" / "prose.md").write_text(f"(ch-prose)=\n# Prose\n\nFirst line.\n\nSee {{ref}}`{target}` here.\n")
+    (src / "chapters" / "prose.md").write_text(
+        f"(ch-prose)=\n# Prose\n\nFirst line.\n\nSee {{ref}}`{target}` here.\n" + prose
+    )
 
 
 def _build(tmp_path, **book):
     src = tmp_path / "src"
     _write_book(src, **book)
-    out = tmp_path / "_build" / "html"
+    return _run_sphinx(src, tmp_path / "_build" / "html"), src
+
+
+def _run_sphinx(src, out):
     cmd = [
         sys.executable, "-m", "sphinx", *_sphinxopts(), "--no-color", "-c", str(DOCS), "-b", "html", str(src), str(out)
     ]
     env = {**os.environ, "NO_COLOR": "1"}  # messages are matched as plain text (xdist workers may force colour)
-    result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    return result, src
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
 
 def _sphinx_messages(log):
@@ -96,6 +100,22 @@ def test_broken_reference_fails_naming_chapter_and_line(tmp_path):
     messages = _sphinx_messages(result.stderr)
     expected = re.escape(str(src / "chapters" / "prose.md")) + r":6: WARNING: undefined label: 'ch-does-not-exist'"
     assert any(re.match(expected, line) for line in messages), result.stderr
+
+
+def test_incremental_builds_keep_the_search_index_whole(tmp_path):
+    # Left to itself, Sphinx rebuilds searchindex.js from the old file plus the pages it writes, and loses the
+    # index entries (the API reference's objects) of every page it does not write; docs/conf.py prevents that.
+    entry = "\n```{index} single: tiny index entry\n```\n\nIndexed.\n"
+    result, src = _build(tmp_path, notebook=False, target="ch-prose", prose=entry)
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = tmp_path / "_build" / "html"
+    clean = (out / "searchindex.js").read_text()
+    assert "tiny index entry" in clean
+    assert _run_sphinx(src, out).returncode == 0  # nothing changed: no page written
+    assert (out / "searchindex.js").read_text() == clean
+    os.utime(out / "index.html", (0, 0))  # an output older than its source: that page gets rewritten
+    assert _run_sphinx(src, out).returncode == 0
+    assert (out / "searchindex.js").read_text() == clean
 
 
 def test_wrong_docstring_example_fails_the_doctest_run(tmp_path):
