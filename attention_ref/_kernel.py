@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 
 import numpy as np
 
@@ -97,20 +97,28 @@ def run_blocks(fn, tasks, n_scores: int) -> None:
     # simply does fewer of them; a future per task would cost ~25 us each.
     queue = iter(tasks)
     lock = threading.Lock()
+    failed = threading.Event()  # after an exception the other threads stop taking tasks
 
     def worker():
-        while True:
+        while not failed.is_set():
             with lock:
                 task = next(queue, None)
             if task is None:
                 return
-            fn(task)
+            try:
+                fn(task)
+            except BaseException:
+                failed.set()
+                raise
 
-    with limit:
+    with limit:  # held until every helper has finished, also when one raised
         helpers = [pool.submit(worker) for _ in range(min(threads, len(tasks)) - 1)]
-        worker()
+        try:
+            worker()
+        finally:
+            wait(helpers)
         for helper in helpers:
-            helper.result()  # re-raises a worker's exception here
+            helper.result()  # re-raises a helper's exception here
 
 
 def softmax_rows_times(scores, v, out, shift=True, safe=False) -> None:

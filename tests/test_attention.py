@@ -546,6 +546,29 @@ def test_dense_causal_output_does_not_build_the_full_mask(rng):
     assert peak < 48 * 2**20, f"peak {peak / 2**20:.0f} MiB"
 
 
+def test_an_error_in_one_block_is_raised_and_stops_the_others(monkeypatch):
+    # The kernels' thread pool (private helper): the first exception reaches the caller, the other threads take
+    # no new block after it, and none is still running when the call returns.
+    import time
+
+    from attention_ref._kernel import run_blocks
+
+    monkeypatch.setenv("ATTENTION_REF_NUM_THREADS", "2")
+    started = []
+
+    def block(task):
+        started.append(task)
+        if task == 2:
+            raise RuntimeError("block 2 failed")
+        time.sleep(0.005)
+
+    with pytest.raises(RuntimeError, match="block 2 failed"):
+        run_blocks(block, range(100), n_scores=1 << 30)
+    count = len(started)
+    time.sleep(0.05)
+    assert len(started) == count < 10
+
+
 @pytest.mark.parametrize("value", ["0", "-2", "many"])
 def test_bad_thread_count_is_a_named_error(monkeypatch, rng, value):
     q = rng.standard_normal((2, 80, 16))
