@@ -121,36 +121,43 @@ def run_blocks(fn, tasks, n_scores: int) -> None:
             helper.result()  # re-raises a helper's exception here
 
 
-def softmax_rows_times(scores, v, out, shift=True, safe=False) -> None:
+def softmax_rows_times(scores, v, out, shift=True) -> None:
     """Write ``softmax(scores, axis=-1) @ v`` into `out`, overwriting `scores`.
 
     ``scores`` (l, S) holds scaled scores with any additive terms already
     added, ``v`` is (S, Ev) and ``out`` (l, Ev). Rows whose maximum is
-    ``-inf`` (no allowed key) give zeros.
+    ``-inf`` (no allowed key) give zeros. The weights are normalised after
+    the product, on the (l, Ev) output instead of the (l, S) weights.
 
-    The fast way (``safe=False``) normalises after the product, on the
-    (l, Ev) output instead of the (l, S) weights. With ``shift=False`` it
-    also skips subtracting the row maximum before ``exp``; the caller has
-    bounded ``|scores|`` by `exp_limit`. The softmax is unchanged, since
-    ``exp(s - m) / sum exp(s - m) = exp(s) / sum exp(s)``, and two passes over
-    the scores are saved. Either can overflow when ``v`` comes within a
-    factor of about ``S`` of the largest float, because the unnormalised
-    sums exceed ``max |v|``; ``safe=True`` (which implies the shift)
-    normalises the weights first, so that every output is a convex
-    combination of the values and overflows only if they do.
+    With ``shift=False`` the row maximum is not subtracted before ``exp``;
+    the caller has bounded ``|scores|`` by `exp_limit`. The softmax is
+    unchanged, since ``exp(s - m) / sum exp(s - m) = exp(s) / sum exp(s)``,
+    and two passes over the scores are saved. The unnormalised sums can
+    overflow when ``v`` comes within a factor of about ``S`` of the largest
+    float (see `scaled_down_values`).
     """
-    if shift or safe:
+    if shift:
         m = scores.max(axis=-1, keepdims=True)  # (l, 1)
         m[~np.isfinite(m)] = 0.0  # fully masked rows: exp(-inf - 0) = 0
         scores -= m
     np.exp(scores, out=scores)  # unnormalised weights
     total = scores.sum(axis=-1, keepdims=True)  # (l, 1): sum_j e_j
     total[total == 0] = 1.0  # zero rows stay zero instead of 0/0
-    if safe:
-        scores /= total
     np.matmul(scores, v, out=out)  # (l, Ev): sum_j e_j v_j
-    if not safe:
-        out /= total
+    out /= total
+
+
+def scaled_down_values(v, n_keys: int):
+    """``(v * 2**-e, e)`` with ``2**e >= 2 * n_keys``, for recomputing attention whose sums overflowed.
+
+    Both kernels normalise after summing ``e_j v_j`` over the keys, with
+    weights ``e_j <= 1`` once the row maximum is subtracted, so the sums reach
+    ``n_keys * max|v|``. With the values scaled down they stay below
+    ``max|v| / 2``; scaling by a power of two is exact, so the result
+    multiplied back by ``2**e`` (``np.ldexp``) is the attention of `v`.
+    """
+    e = int(np.ceil(np.log2(2 * max(n_keys, 1))))
+    return np.ldexp(v, -e), e
 
 
 def exp_limit(dtype) -> float:
@@ -162,7 +169,8 @@ def exp_limit(dtype) -> float:
     zero, and the weights that do underflow are below ``exp(-3 * limit)`` of
     it, far under the rounding error. The sums cannot overflow unless ``v``
     is within a factor ``S * exp(limit)`` of ``finfo.max``; the dense kernel
-    checks its output and recomputes a block the safe way if they did.
+    checks its output and recomputes a block with `scaled_down_values` if
+    they did.
     """
     return float(np.log(np.finfo(dtype).max)) / 4
 
@@ -240,13 +248,18 @@ def dense_attention(problem) -> np.ndarray:
                     k_norms[idx] = np.sqrt(np.einsum("se,se->s", k[idx], k[idx]).max())
                 q_max = np.sqrt(np.einsum("le,le->l", q_block, q_block).max())
                 shift = not q_max * k_norms[idx] <= limit  # NaN compares False: shifted path
-            for safe in (False, True):
+            for redo in (False, True):
                 scores = np.matmul(q_block, k[idx].T, out=scratch.scores[: len(q_block)])  # (l, S)
                 if extra is not False:
                     scores += extra[idx]
-                softmax_rows_times(scores, v[idx], target, shift=shift, safe=safe)
-                if np.isfinite(target).all():
-                    break  # else a sum overflowed (or the input is not finite): redo the block safely
+                if not redo:
+                    softmax_rows_times(scores, v[idx], target, shift=shift)
+                    if np.isfinite(target).all():
+                        break  # else a sum overflowed (or the input is not finite): redo the block
+                else:
+                    v_small, e = scaled_down_values(v[idx], S)
+                    softmax_rows_times(scores, v_small, target)
+                    np.ldexp(target, e, out=target)
 
     run_blocks(block, tasks, n_batch * L * S)
     return out.astype(p.out_dtype, copy=False)

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from ._kernel import run_blocks
+from ._kernel import run_blocks, scaled_down_values
 from ._validation import as_real_array, check_bool, check_int, result_dtype
 from .attention import AttentionProblem, prepare_attention
 
@@ -276,12 +276,10 @@ def blockwise_attention(
             _attend_query_block(p, p_off_diagonal, qs[..., rows, :], kt, vs, rows, block_k, out, lse)
             if not np.isfinite(out[..., rows, :]).all():
                 # The running sums reach up to S * max|v|, which overflows for values within a factor S of
-                # the largest float (or the input is not finite). Redo the block with v divided by a power
-                # of two >= 2 S, exactly, and multiply the (convex) result back.
-                shift = int(np.ceil(np.log2(2 * max(S, 1))))
-                v_small = np.ldexp(vs, -shift)
+                # the largest float (or the input is not finite): redo the block with the values scaled down.
+                v_small, e = scaled_down_values(vs, S)
                 _attend_query_block(p, p_off_diagonal, qs[..., rows, :], kt, v_small, rows, block_k, out, lse)
-                np.ldexp(out[..., rows, :], shift, out=out[..., rows, :])
+                np.ldexp(out[..., rows, :], e, out=out[..., rows, :])
 
     # Query blocks are independent: run them on the package's thread pool
     # (one BLAS thread each) when there is enough work, as the dense kernel does.
