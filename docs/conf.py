@@ -75,21 +75,25 @@ nb_output_stderr = "warn"
 nb_execution_cache_path = ""
 
 
-def source_fingerprint() -> str:
-    """Hash of everything executed chapters depend on besides their own text."""
+def _hash_files(paths) -> str:
+    """Short hash of the existing files among `paths`: their names (relative to the repository) and contents."""
     digest = hashlib.sha256()
-    inputs = [
-        *sorted(PACKAGE.glob("*.py")),
-        DOCS / "chapters" / "matplotlibrc",
-        ROOT / "benchmarks" / "results.json",  # read by the Performance chapter
-    ]
-    for path in inputs:
+    for path in paths:
         if path.is_file():
             digest.update(path.relative_to(ROOT).as_posix().encode())
             digest.update(b"\0")
             digest.update(path.read_bytes())
             digest.update(b"\0")
     return digest.hexdigest()[:16]
+
+
+def source_fingerprint() -> str:
+    """Hash of everything executed chapters depend on besides their own text."""
+    return _hash_files([
+        *sorted(PACKAGE.glob("*.py")),
+        DOCS / "chapters" / "matplotlibrc",
+        ROOT / "benchmarks" / "results.json",  # read by the Performance chapter
+    ])
 
 
 def _configure_execution_cache(app, config):
@@ -322,15 +326,6 @@ def _copy_late_assets_early(app):
     add_global_html_resources(app, None)
 
 
-def _static_files_hash() -> str:
-    """Hash of docs/_static: every page links its files with a checksum (custom.css?v=...)."""
-    digest = hashlib.sha256()
-    for path in sorted((DOCS / "_static").rglob("*")):
-        if path.is_file():
-            digest.update(path.relative_to(DOCS).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()[:16]
-
-
 def _reread_everything_if_anything_changed(app, env, added, changed, removed):
     """Re-read every document whenever one (or a static file) changed, so incremental builds equal clean ones.
 
@@ -343,7 +338,7 @@ def _reread_everything_if_anything_changed(app, env, added, changed, removed):
     changed notebook runs again; a rebuild with nothing changed still reads
     nothing.
     """
-    static = _static_files_hash()
+    static = _hash_files(sorted((DOCS / "_static").rglob("*")))  # pages link these with a checksum
     static_changed = getattr(env, "attention_ref_static_hash", None) != static
     env.attention_ref_static_hash = static
     # Pages the builder will rewrite anyway (an output file older than its source or a template): writing only

@@ -198,15 +198,8 @@ def visit(browser, site):
 
 @pytest.fixture(scope="session")
 def tab(browser, site):
-    """This worker's one light-mode tab for the page-by-page tests: the cache stays warm between pages."""
-    seen = Visit(browser, urljoin(site, "index.html"), "light")
-    yield seen
-    seen.close()
-
-
-@pytest.fixture(scope="module")
-def reader(browser, site):
-    """One light-mode page shared by the tests that only navigate, search or download (the landing page first)."""
+    """This worker's one light-mode tab (the landing page first), shared by the tests that need no fresh browser:
+    the cache stays warm between pages, and `Visit.open` starts each page's record afresh."""
     seen = Visit(browser, urljoin(site, "index.html"), "light")
     yield seen
     seen.close()
@@ -500,8 +493,8 @@ def _links(page, site, url):
     }
 
 
-def test_every_page_is_reachable_from_the_landing_page(reader, site):
-    page = reader.page
+def test_every_page_is_reachable_from_the_landing_page(tab, site):
+    page = tab.page
     reached, frontier = {"index.html"}, ["index.html"]
     while frontier:
         current = frontier.pop()
@@ -527,10 +520,10 @@ def _toctree_order():
     return [entry for entry in entries if entry.startswith("chapters/")]
 
 
-def test_previous_and_next_links_follow_the_table_of_contents(reader, site):
+def test_previous_and_next_links_follow_the_table_of_contents(tab, site):
     expected = _toctree_order()
     assert set(expected) == set(CHAPTERS), "index.md's toctree and the built chapters differ"
-    page = reader.page
+    page = tab.page
     page.goto(urljoin(site, "index.html"), wait_until="domcontentloaded")
     # The rendered landing page has the same "next" link as its served HTML.
     rendered_next = page.locator("a.right-next")
@@ -565,11 +558,10 @@ def _distinctive_word(chapter):
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
-def test_search_finds_the_chapter(reader, site, chapter):
+def test_search_finds_the_chapter(tab, site, chapter):
     word = _distinctive_word(chapter)
-    seen = reader
+    seen = tab.open(urljoin(site, f"search.html?q={word}"))
     page = seen.page
-    page.goto(urljoin(site, f"search.html?q={word}"), wait_until="domcontentloaded")
     page.wait_for_function(
         "() => /finished|did not match/i.test(document.querySelector('#search-results')?.textContent || '')"
     )
@@ -580,11 +572,11 @@ def test_search_finds_the_chapter(reader, site, chapter):
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
-def test_chapter_offers_its_notebook(reader, site, chapter):
+def test_chapter_offers_its_notebook(tab, site, chapter):
     nbformat = require("nbformat")
-    links = _links(reader.page, site, urljoin(site, chapter))["notebooks"]
+    links = _links(tab.page, site, urljoin(site, chapter))["notebooks"]
     assert links, "no .ipynb download link"
-    response = reader.page.request.get(links[0])
+    response = tab.page.request.get(links[0])
     assert response.status == 200, links[0]
     notebook = nbformat.reads(response.text(), as_version=4)
     nbformat.validate(notebook)
