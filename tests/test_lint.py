@@ -39,5 +39,7 @@ def test_ruff_reports_a_seeded_error(ruff, tmp_path):
 
 def test_mypy_is_clean():
     pytest.importorskip("mypy")
-    result = _run("mypy", "--no-incremental", "--cache-dir", "/dev/null")
+    # mypy's own incremental cache (.mypy_cache, as `make lint` uses): after the first run, only changed modules
+    # and their dependents are checked again, which makes a repeated run about 20 times faster.
+    result = _run("mypy")
     assert result.returncode == 0, result.stdout + result.stderr

@@ -77,8 +77,24 @@ CHAPTERS = [page for page in PAGES if page.startswith("chapters/")] or ["chapter
 # -- Fixtures: the local server and the browser -----------------------------------------------------------------
 
 
+# axe-core, served beside the book at a path no page uses, so that the browser caches it (and its compiled code)
+# like any script instead of parsing half a megabyte of source on every page.
+AXE_PATH = "/__axe-core__/axe.min.js"
+
+
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive: a page's many assets reuse one connection
+
+    def translate_path(self, path):
+        if path == AXE_PATH:
+            return str(Path(require("axe_playwright_python").__file__).with_name("axe.min.js"))
+        return super().translate_path(path)
+
+    def end_headers(self):
+        # As a static host would: the browser keeps what it fetched and asks the server whether it changed
+        # (a 304 reply reuses the cached copy), so every page's requests still reach the server.
+        self.send_header("Cache-Control", "no-cache")
+        super().end_headers()
 
     def guess_type(self, path):
         return "application/json" if str(path).endswith(".ipynb") else super().guess_type(path)
@@ -110,15 +126,21 @@ def browser():
     if not CHROMIUM.is_file():
         _missing(f"{CHROMIUM} (apt-get install chromium, or `make chromium`)")
     with sync_api.sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        # Offline for real: every request to a host but this machine goes to a proxy that does not exist and fails.
+        chromium = playwright.chromium.launch(
+            executable_path=str(CHROMIUM),
+            args=CHROMIUM_ARGS,
+            proxy={"server": DEAD_PROXY, "bypass": "127.0.0.1,localhost"},
+        )
         yield chromium
         chromium.close()
 
 
-# Requests to anything but the local server (or data:/blob: URLs). As a regular expression, not a Python
-# callable, Playwright matches it inside the driver: local requests then go through without a round trip to
-# this process, which would cost more than the page itself.
+# Requests to anything but the local server (or data:/blob: URLs). They are recorded from the browser's request
+# events; the browser's proxy (DEAD_PROXY, a closed port) makes them fail. (Playwright's request routing would
+# block them too, but it turns off the browser's HTTP cache: every page would fetch and compile its scripts anew.)
 FOREIGN_URL = re.compile(r"^(?!(https?://(127\.0\.0\.1|localhost)(:\d+)?/|data:|blob:))")
+DEAD_PROXY = "http://127.0.0.1:9"  # the discard port: nothing listens there
 
 
 class Visit:
@@ -141,8 +163,8 @@ class Visit:
             self.context.add_init_script(
                 f"localStorage.setItem('mode', '{mode}'); localStorage.setItem('theme', '{mode}');"
             )
-        self.context.route(FOREIGN_URL, self._block)
         self.page = self.context.new_page()
+        self.page.on("request", self._request)
         self.page.on("console", self._console)
         self.page.on("pageerror", lambda exc: self.errors.append(f"page error: {exc} {exc.stack}"))
         self.page.on("response", lambda r: r.status >= 400 and self.bad_responses.append(f"{r.status} {r.url}"))
@@ -151,7 +173,7 @@ class Visit:
 
     def open(self, url):
         """Load `url` in this tab (until the load event and typeset math), recording afresh."""
-        self.foreign = []  # requests to any host but the local server (blocked)
+        self.foreign = []  # requests to any host but the local server (they fail at the dead proxy)
         self.bad_responses = []  # responses with status >= 400
         self.failed = []  # requests that failed for another reason
         self.errors = []  # console errors and uncaught page errors
@@ -163,9 +185,9 @@ class Visit:
         if message.type in ("error", "warning"):
             self.errors.append(f"console {message.type}: {message.text}")
 
-    def _block(self, route):
-        self.foreign.append(route.request.url)
-        route.abort("blockedbyclient")
+    def _request(self, request):
+        if FOREIGN_URL.match(request.url):
+            self.foreign.append(request.url)
 
     def _request_failed(self, request):
         if request.url not in self.foreign:
@@ -228,9 +250,8 @@ _MERGE_REPEATED_CODE_SPANS = """() => {
 
 def _axe_violations(page):
     """axe-core's WCAG A/AA violations on the page as it is now, as (rule id, report) pairs."""
-    axe = require("axe_playwright_python.base")
     if not page.evaluate("() => typeof axe !== 'undefined'"):
-        page.evaluate(axe.AXE_SCRIPT)
+        page.add_script_tag(url=urljoin(page.url, AXE_PATH))
     options = {"runOnly": {"type": "tag", "values": WCAG_TAGS}, "resultTypes": ["violations"], "selectors": False}
     results = page.evaluate("options => axe.run(document, options)", options)
     if results["violations"]:  # again with CSS selectors for the report (skipping them saves ~15% per run)
@@ -248,7 +269,8 @@ def _axe_violations(page):
 def _switch_mode(page, mode):
     """Switch the colour mode the way a reader does: the theme's own light/dark/auto button."""
     page.evaluate(f"() => document.querySelector('.theme-change-button[data-mode={mode}]').click()")
-    # The theme fades some colours (CSS transitions): axe must see the end state, not a frame in between.
+    # The theme fades some colours (CSS transitions): axe must see the end state, not a frame in between, so
+    # the fades are finished at once (the state a reader sees a moment later).
     page.evaluate(_SETTLE)
     return page.evaluate("document.documentElement.dataset.theme")
 
@@ -256,6 +278,7 @@ def _switch_mode(page, mode):
 _SETTLE = """async () => {
   for (let i = 0; i < 2; i++) await new Promise(requestAnimationFrame);  // the new styles start their transitions
   const finite = document.getAnimations().filter(a => a.effect?.getComputedTiming().endTime !== Infinity);
+  for (const a of finite) try { a.finish(); } catch (e) { /* already gone */ }
   await Promise.all(finite.map(a => a.finished.catch(() => null)));
 }"""
 
@@ -352,11 +375,13 @@ def test_favicon_is_served(visit, site):
 
 
 def test_external_requests_are_caught(visit, site):
-    # The offline check can fail: a page that asks for a remote resource gets it recorded (and blocked).
+    # The offline check can fail: a page that asks for a remote resource gets it recorded, and the request fails
+    # in the browser (a remote host given by address as well as by name).
     seen = visit("index.html")
-    seen.page.evaluate("() => fetch('https://example.org/x.js').catch(() => null)")
-    seen.page.wait_for_timeout(200)
-    assert seen.foreign == ["https://example.org/x.js"]
+    for url in ("https://example.org/x.js", "http://192.0.2.1/y.js"):  # 192.0.2.0/24: TEST-NET-1, never routed
+        outcome = seen.page.evaluate("url => fetch(url).then(() => 'loaded', () => 'failed')", url)
+        assert outcome == "failed", url
+    assert seen.foreign == ["https://example.org/x.js", "http://192.0.2.1/y.js"]
 
 
 # -- Figures ------------------------------------------------------------------------------------------------------
