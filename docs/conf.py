@@ -20,6 +20,8 @@ import os
 import shutil
 from pathlib import Path
 
+from sphinx.util import logging as sphinx_logging
+
 # Chapters that measure memory (tracemalloc) must print the same numbers on
 # every build: keep attention_ref's kernels on one thread while executing them.
 os.environ["ATTENTION_REF_NUM_THREADS"] = "1"
@@ -326,6 +328,67 @@ def _copy_late_assets_early(app):
     add_global_html_resources(app, None)
 
 
+def _execute_chapters_side_by_side(app, env, docnames):
+    """Execute the chapters this build must run, one kernel per core, before Sphinx reads them.
+
+    Sphinx reads documents one after another, and MyST-NB executes each
+    notebook as it is read (Sphinx's parallel mode, -j, made no difference:
+    it hands out neighbouring documents in batches, and the chapters sit
+    together in the same batch). Here the notebooks missing from the
+    jupyter cache are read the way MyST-NB reads them and executed side by side
+    into the cache; MyST-NB then finds every one of them there, exactly as in a
+    warm build. A notebook that fails is left out of the cache, so MyST-NB runs
+    it again and reports the failure, naming the chapter and the cell, as usual.
+    """
+    config = env.mystnb_config
+    workers = os.cpu_count() or 1
+    if config.execution_mode != "cache" or workers < 2:
+        return
+    from concurrent.futures import ThreadPoolExecutor
+    from contextlib import nullcontext
+    from tempfile import TemporaryDirectory
+
+    from jupyter_cache import get_cache
+    from jupyter_cache.base import CacheBundleIn
+    from jupyter_cache.executors.utils import single_nb_execution
+    from myst_nb.core.read import create_nb_reader
+
+    cache = get_cache(config.execution_cache_path)
+    missing = []  # (path, notebook, read format)
+    for docname in sorted(docnames):
+        path = Path(env.doc2path(docname))
+        text = path.read_text(encoding="utf-8")
+        reader = create_nb_reader(str(path), env.myst_config, config, text)
+        if reader is None:  # plain Markdown, no code to run
+            continue
+        notebook = reader.read(text)
+        own = notebook.metadata.get(config.metadata_key, {})  # a notebook's own settings, as MyST-NB applies them
+        if own.get("execution_mode", config.execution_mode) != "cache":
+            continue
+        try:
+            cache.match_cache_notebook(notebook)
+        except KeyError:
+            missing.append((path, notebook, reader.read_fmt))
+    if len(missing) < 2:  # nothing to run side by side: MyST-NB runs it while reading
+        return
+
+    def execute(path, notebook):
+        with TemporaryDirectory() if config.execution_in_temp else nullcontext(str(path.parent)) as cwd:
+            return single_nb_execution(
+                notebook, cwd=cwd, allow_errors=config.execution_allow_errors, timeout=config.execution_timeout
+            )
+
+    logger = sphinx_logging.getLogger(__name__)
+    logger.info("executing %d notebooks on %d cores", len(missing), min(workers, len(missing)))
+    with ThreadPoolExecutor(min(workers, len(missing))) as pool:  # the kernels are processes; threads wait
+        results = list(pool.map(lambda item: execute(*item[:2]), missing))
+    for (path, notebook, read_fmt), result in zip(missing, results, strict=True):
+        if result.err is None:  # as MyST-NB caches a notebook it executed itself
+            staged = cache.add_nb_to_project(str(path), read_data=read_fmt)
+            bundle = CacheBundleIn(notebook, staged.uri, data={"execution_seconds": result.time})
+            cache.cache_notebook_bundle(bundle, check_validity=False, overwrite=True)
+
+
 def _reread_everything_if_anything_changed(app, env, added, changed, removed):
     """Re-read every document whenever one (or a static file) changed, so incremental builds equal clean ones.
 
@@ -386,6 +449,7 @@ def setup(app):
     # Pages render merged streams through the same exact join as the notebooks.
     render.coalesce_streams = lambda outputs: [nbformat.from_dict(o) for o in _merge_streams(outputs)]
     app.connect("env-get-outdated", _reread_everything_if_anything_changed)
+    app.connect("env-before-read-docs", _execute_chapters_side_by_side)
     app.connect("html-page-context", _fix_citation_roles)
     app.connect("builder-inited", _copy_late_assets_early, priority=900)
     app.connect("builder-inited", _keep_the_complete_search_index)

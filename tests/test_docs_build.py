@@ -39,15 +39,22 @@ def _sphinxopts():
     return options
 
 
-def _write_book(src, *, cell="x = 1 + 1\nassert x == 2", target="ch-tiny", notebook=True, prose=""):
+def _write_book(src, *, cell="x = 1 + 1\nassert x == 2", target="ch-tiny", notebooks=2, prose=""):
+    """A tiny book: up to two executed chapters (the first runs `cell`) and a prose page referring to `target`.
+
+    With two notebooks the build executes them side by side before reading (docs/conf.py) on a machine with
+    two cores or more.
+    """
     (src / "chapters").mkdir(parents=True)
-    pages = ["chapters/tiny"] * notebook + ["chapters/prose"]
+    names = ["tiny", "tiny2"][:notebooks]
+    pages = [f"chapters/{name}" for name in names] + ["chapters/prose"]
     (src / "index.md").write_text("# Tiny book\n\n```{toctree}\n" + "\n".join(pages) + "\n```\n")
-    if notebook:
-        (src / "chapters" / "tiny.md").write_text(
+    for name, code in zip(names, [cell, "y = 2 * 3\nassert y == 6"], strict=False):
+        (src / "chapters" / f"{name}.md").write_text(
             NOTEBOOK_HEADER
-            + "\n(ch-tiny)=\n# A tiny chapter\n\nSome text.\n\n```{code-cell} ipython3\nimport numpy as np\n```\n\n"
-            + f"```{{code-cell}} ipython3\n{cell}\n```\n"
+            + f"\n(ch-{name})=\n# A tiny chapter\n\nSome text.\n\n"
+            + "```{code-cell} ipython3\nimport numpy as np\n```\n\n"
+            + f"```{{code-cell}} ipython3\n{code}\n```\n"
         )
     (src / "chapters" / "prose.md").write_text(
         f"(ch-prose)=\n# Prose\n\nFirst line.\n\nSee {{ref}}`{target}` here.\n" + prose
@@ -82,9 +89,15 @@ def test_control_book_builds_cleanly(control):
     result, _ = control
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert _sphinx_messages(result.stderr) == []
+    # Each chapter ran once: side by side before reading (given two cores), then MyST-NB took it from the cache.
+    if (os.cpu_count() or 1) >= 2:
+        assert "executing 2 notebooks on 2 cores" in result.stdout, result.stdout[-3000:]
+        assert result.stdout.count("Using cached notebook") == 2, result.stdout[-3000:]
+        assert "Executing notebook" not in result.stdout, result.stdout[-3000:]
 
 
 def test_raising_cell_fails_naming_chapter_and_cell(tmp_path):
+    # (The failing chapter is executed side by side with a good one first; MyST-NB then runs it again and reports.)
     result, src = _build(tmp_path, cell="1 / 0  # seeded failure")
     assert result.returncode != 0
     log = result.stderr
@@ -95,7 +108,7 @@ def test_raising_cell_fails_naming_chapter_and_cell(tmp_path):
 
 
 def test_broken_reference_fails_naming_chapter_and_line(tmp_path):
-    result, src = _build(tmp_path, target="ch-does-not-exist", notebook=False)
+    result, src = _build(tmp_path, target="ch-does-not-exist", notebooks=0)
     assert result.returncode != 0
     messages = _sphinx_messages(result.stderr)
     expected = re.escape(str(src / "chapters" / "prose.md")) + r":6: WARNING: undefined label: 'ch-does-not-exist'"
@@ -106,7 +119,7 @@ def test_incremental_builds_keep_the_search_index_whole(tmp_path):
     # Left to itself, Sphinx rebuilds searchindex.js from the old file plus the pages it writes, and loses the
     # index entries (the API reference's objects) of every page it does not write; docs/conf.py prevents that.
     entry = "\n```{index} single: tiny index entry\n```\n\nIndexed.\n"
-    result, src = _build(tmp_path, notebook=False, target="ch-prose", prose=entry)
+    result, src = _build(tmp_path, notebooks=0, target="ch-prose", prose=entry)
     assert result.returncode == 0, result.stderr[-3000:]
     out = tmp_path / "_build" / "html"
     clean = (out / "searchindex.js").read_text()
