@@ -372,16 +372,17 @@ def _execute_chapters_side_by_side(app, env, docnames):
     if len(missing) < 2:  # nothing to run side by side: MyST-NB runs it while reading
         return
 
-    def execute(path, notebook):
+    def execute(item):
+        path, notebook, _ = item
         with TemporaryDirectory() if config.execution_in_temp else nullcontext(str(path.parent)) as cwd:
             return single_nb_execution(
                 notebook, cwd=cwd, allow_errors=config.execution_allow_errors, timeout=config.execution_timeout
             )
 
-    logger = sphinx_logging.getLogger(__name__)
-    logger.info("executing %d notebooks on %d cores", len(missing), min(workers, len(missing)))
-    with ThreadPoolExecutor(min(workers, len(missing))) as pool:  # the kernels are processes; threads wait
-        results = list(pool.map(lambda item: execute(*item[:2]), missing))
+    threads = min(workers, len(missing))
+    sphinx_logging.getLogger(__name__).info("executing %d notebooks on %d cores", len(missing), threads)
+    with ThreadPoolExecutor(threads) as pool:  # the kernels are processes; the threads only wait for them
+        results = list(pool.map(execute, missing))
     for (path, notebook, read_fmt), result in zip(missing, results, strict=True):
         if result.err is None:  # as MyST-NB caches a notebook it executed itself
             staged = cache.add_nb_to_project(str(path), read_data=read_fmt)
