@@ -130,9 +130,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     terminalreporter.write_line(f"overall max |ours - reference| = {overall:.3e}")
 
 
-# The longest tests, first: under pytest-xdist the worker that takes the second book build (about a minute
-# of CPU) should start it at once, while the other workers share out everything else.
-_SLOW_FIRST = ("test_docs_reproducible.py", "test_docs_build.py", "test_lint.py")
+# The longest tests first, the many short ones last. `make test` runs pytest-xdist with --dist worksteal: each
+# worker starts on a contiguous share of this order and an idle worker takes half of a busy one's queue, so
+# the worker that takes the second book build (about a minute of CPU) starts it at once, and the short tests
+# at the end fill the gaps, leaving the workers finishing within seconds of each other. (With --dist load,
+# the browser tests queued on one worker ran 30 to 40 s after the others had finished.)
+_SLOW_FIRST = ("test_docs_reproducible.py", "test_docs_build.py", "test_lint.py", "test_site.py")
 
 
 def pytest_collection_modifyitems(session, config, items):

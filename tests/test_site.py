@@ -60,13 +60,16 @@ def _missing(what):
 
 
 def _site_pages():
-    """Every HTML page of the build, as paths relative to its root (``chapters/03_softmax.html``)."""
+    """Every HTML page of the build, as paths relative to its root (``chapters/03_softmax.html``).
+
+    Chapters first: they take the longest to check, and the tests run in this order (see tests/conftest.py).
+    """
     if not SITE.is_dir():
         return []
+    pages = (path.relative_to(SITE).as_posix() for path in SITE.rglob("*.html"))
     return sorted(
-        path.relative_to(SITE).as_posix()
-        for path in SITE.rglob("*.html")
-        if not NOT_PAGES & set(path.relative_to(SITE).parts[:-1])
+        (page for page in pages if not NOT_PAGES & set(page.split("/")[:-1])),
+        key=lambda page: (not page.startswith("chapters/"), page),
     )
 
 
@@ -248,22 +251,26 @@ _MERGE_REPEATED_CODE_SPANS = """() => {
 }"""
 
 
+# Only the violations cross over to Python: the passes and the rest would be serialised and never read.
+_AXE_RUN = "options => axe.run(document, options).then(results => results.violations)"
+
+
 def _axe_violations(page, rules=None):
     """axe-core's WCAG A/AA violations on the page as it is now, as (rule id, report) pairs (only `rules`, if given)."""
     if not page.evaluate("() => typeof axe !== 'undefined'"):
         page.add_script_tag(url=urljoin(page.url, AXE_PATH))
     only = {"type": "rule", "values": rules} if rules else {"type": "tag", "values": WCAG_TAGS}
     options = {"runOnly": only, "resultTypes": ["violations"], "selectors": False}
-    results = page.evaluate("options => axe.run(document, options)", options)
-    if results["violations"]:  # again with CSS selectors for the report (skipping them saves ~15% per run)
-        results = page.evaluate("options => axe.run(document, options)", {**options, "selectors": True})
+    violations = page.evaluate(_AXE_RUN, options)
+    if violations:  # again with CSS selectors for the report (skipping them saves ~15% per run)
+        violations = page.evaluate(_AXE_RUN, {**options, "selectors": True})
     return [
         (
             v["id"],
             f"{v['id']} ({v['impact']}): {v['help']}\n"
             + "\n".join(f"    {node['target']}: {node['failureSummary']}" for node in v["nodes"][:5]),
         )
-        for v in results["violations"]
+        for v in violations
     ]
 
 
