@@ -32,12 +32,11 @@ docs-clean:
 	rm -rf docs/_build
 
 ## Every test: unit, property, conformance, doctests, the strict book build and the browser tests.
-## One pytest worker more than there are cores: the browser and book-building tests wait on other processes
-## part of the time, and the extra worker fills those gaps (on 2 cores, idle CPU time in a full run fell
-## from about 88 to 45 core-seconds). Work stealing: an idle worker takes half of a busy one's queue, so no worker
-## is left with a queue of browser tests after the others have finished (tests/conftest.py puts the longest tests
-## first); idle CPU time fell again, from 14-29 to about 7 core-seconds.
-TEST_WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 1) + 1 )))
+## One pytest worker per core, with work stealing: an idle worker takes half of a busy one's queue, and
+## tests/conftest.py puts the longest tests first, so the workers finish within seconds of each other.
+## (On 2 cores, run alternately: 2 workers 142 and 144 s, 273 CPU-seconds each; 3 workers 145 and 153 s,
+## 286 and 301 CPU-seconds, the extra browser and its contention costing more than the idle time it fills.)
+TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 1)
 test: docs chromium
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal
 
