@@ -134,7 +134,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 # worker starts on a contiguous share of this order and an idle worker takes half of a busy one's queue, so
 # the worker that takes the second book build (about a minute of CPU) starts it at once, and the short tests
 # at the end fill the gaps, leaving the workers finishing within seconds of each other. (With --dist load,
-# the browser tests queued on one worker ran 30 to 40 s after the others had finished.)
+# the browser tests queued on one worker ran 35 to 41 s after the other two had finished.)
 _SLOW_FIRST = ("test_docs_reproducible.py", "test_docs_build.py", "test_lint.py", "test_site.py")
 
 
