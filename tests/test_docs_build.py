@@ -132,32 +132,30 @@ def test_incremental_builds_keep_the_search_index_whole(tmp_path):
 
 
 def test_wrong_docstring_example_fails_the_doctest_run(tmp_path):
-    module = tmp_path / "scratch_example.py"
-    module.write_text(
-        textwrap.dedent(
-            '''\
-            def double(x):
-                """Twice x.
+    # Two scratch modules, one example each: a wrong one that must fail, and the corrected twin that must pass
+    # in the same run (so the failure is the example's fault, not the set-up's).
+    for name, shown in (("scratch_wrong", 5), ("scratch_right", 4)):
+        (tmp_path / f"{name}.py").write_text(
+            textwrap.dedent(
+                f'''\
+                def double(x):
+                    """Twice x.
 
-                Examples
-                --------
-                >>> from scratch_example import double
-                >>> double(2)
-                5
-                """
-                return 2 * x
-            '''
+                    Examples
+                    --------
+                    >>> from {name} import double
+                    >>> double(2)
+                    {shown}
+                    """
+                    return 2 * x
+                '''
+            )
         )
-    )
     # The project's pytest configuration (doctest flags, --doctest-modules) applies: same rootdir/config file.
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-c", str(ROOT / "pyproject.toml"),
-           "--rootdir", str(tmp_path), str(module)]
+           "--rootdir", str(tmp_path), "scratch_wrong.py", "scratch_right.py"]
     result = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert result.returncode == 1, result.stdout
-    assert "scratch_example.double" in result.stdout
+    assert "FAILED scratch_wrong.py::scratch_wrong.double" in result.stdout, result.stdout
     assert re.search(r"Expected:\s+5\s+Got:\s+4", result.stdout), result.stdout
-    # ...and the corrected example passes, so the failure above is the example's fault.
-    module.write_text(module.read_text().replace("    5\n", "    4\n"))
-    result = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stdout
-    assert "1 passed" in result.stdout
+    assert "1 failed, 1 passed" in result.stdout, result.stdout

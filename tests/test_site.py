@@ -364,8 +364,8 @@ def test_first_visit_is_error_free(visit):
     assert seen.errors == [] and seen.bad_responses == [] and seen.foreign == []
 
 
-def test_some_chapter_has_typeset_math(visit):
-    seen = visit("chapters/03_softmax.html" if "chapters/03_softmax.html" in PAGES else CHAPTERS[0])
+def test_some_chapter_has_typeset_math(tab, site):
+    seen = tab.open(urljoin(site, "chapters/03_softmax.html" if "chapters/03_softmax.html" in PAGES else CHAPTERS[0]))
     assert seen.math_count > 0
     assert seen.page.locator("mjx-container").count() >= seen.math_count
     # Self-hosted: the MathJax script comes from the book's own _static folder.
@@ -373,8 +373,8 @@ def test_some_chapter_has_typeset_math(visit):
     assert sources and all(urlsplit(src).hostname in LOCAL_HOSTS for src in sources), sources
 
 
-def test_favicon_is_served(visit, site):
-    seen = visit("index.html")
+def test_favicon_is_served(tab, site):
+    seen = tab.open(urljoin(site, "index.html"))
     href = seen.page.eval_on_selector("link[rel~='icon']", "el => el.href")
     response = seen.page.request.get(href)
     assert response.status == 200, href
@@ -382,10 +382,10 @@ def test_favicon_is_served(visit, site):
     assert len(response.body()) > 0
 
 
-def test_external_requests_are_caught(visit, site):
+def test_external_requests_are_caught(tab, site):
     # The offline check can fail: a page that asks for a remote resource gets it recorded, and the request fails
     # in the browser (a remote host given by address as well as by name).
-    seen = visit("index.html")
+    seen = tab.open(urljoin(site, "index.html"))
     for url in ("https://example.org/x.js", "http://192.0.2.1/y.js"):  # 192.0.2.0/24: TEST-NET-1, never routed
         outcome = seen.page.evaluate("url => fetch(url).then(() => 'loaded', () => 'failed')", url)
         assert outcome == "failed", url
