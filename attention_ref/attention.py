@@ -310,14 +310,14 @@ def scaled_dot_product_attention(
     array([[0.66976155, 0.33023845],
            [0.33023845, 0.66976155]])
     >>> out
-    array([[13.30238453],
-           [16.69761547]])
+    array([[13.30238451],
+           [16.69761549]])
 
     A causal mask lets the first query see only the first key:
 
     >>> scaled_dot_product_attention(q, k, v, is_causal=True)
     array([[10.        ],
-           [16.69761547]])
+           [16.69761549]])
     """
     p = prepare_attention(
         q,

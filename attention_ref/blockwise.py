@@ -223,11 +223,11 @@ def blockwise_attention(
     >>> k = np.array([[1.0, 0.0], [0.0, 1.0]])
     >>> v = np.array([[10.0], [20.0]])
     >>> blockwise_attention(q, k, v, block_size=1)
-    array([[13.30238453],
-           [16.69761547]])
+    array([[13.30238451],
+           [16.69761549]])
     >>> scaled_dot_product_attention(q, k, v)
-    array([[13.30238453],
-           [16.69761547]])
+    array([[13.30238451],
+           [16.69761549]])
 
     Any block size gives the dense result, here with a causal mask and the
     log-sum-exp of each row (the first row sees one key, scaled score
