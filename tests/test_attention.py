@@ -485,9 +485,15 @@ def test_dropout_p_outside_unit_interval(rng, p):
 
 def test_dropout_zero_ignores_rng(rng):
     q, k, v = qkv(rng)
-    np.testing.assert_array_equal(
-        scaled_dot_product_attention(q, k, v, dropout_p=0.0, rng=None), scaled_dot_product_attention(q, k, v)
-    )
+    plain_out, plain_w = scaled_dot_product_attention(q, k, v, return_weights=True)
+    generator = np.random.default_rng(7)
+    state = generator.bit_generator.state
+    for return_weights in (False, True):
+        result = scaled_dot_product_attention(q, k, v, dropout_p=0.0, rng=generator, return_weights=return_weights)
+        out, w = result if return_weights else (result, plain_w)
+        np.testing.assert_array_equal(out, plain_out)
+        np.testing.assert_array_equal(w, plain_w)
+        assert generator.bit_generator.state == state  # no number drawn
 
 
 def test_dropout_is_inverted_and_unbiased(rng):
