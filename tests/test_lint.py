@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import require
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -19,7 +20,7 @@ def _paths(*names):
 
 @pytest.fixture(scope="module")
 def ruff():
-    pytest.importorskip("ruff")
+    require("ruff")  # skips locally without it, fails in CI
     return lambda *paths: _run("ruff", "check", "--no-cache", *paths)
 
 
@@ -38,7 +39,7 @@ def test_ruff_reports_a_seeded_error(ruff, tmp_path):
 
 
 def test_mypy_is_clean():
-    pytest.importorskip("mypy")
+    require("mypy")
     # mypy's own incremental cache (.mypy_cache, as `make lint` uses): after the first run, only changed modules
     # and their dependents are checked again, which makes a repeated run about 20 times faster.
     result = _run("mypy")
