@@ -73,11 +73,14 @@ def test_a_second_clean_build_is_byte_identical(tmp_path):
 
     rebuilt = _site_files(out)
     main = _site_files(MAIN)
-    missing = sorted(rebuilt - main)  # files the main build lacks (e.g. a figure whose hashed name changed)
+    # A file in one tree only (e.g. a figure whose hashed name changed, or a page the other build did not write).
+    only_rebuilt = sorted(rebuilt - main)
+    only_main = sorted(main - rebuilt)
     differing = sorted(name for name in rebuilt & main if not filecmp.cmp(MAIN / name, out / name, shallow=False))
-    report = [f"only in the rebuild: {name}" for name in missing]
+    report = [f"only in the rebuild: {name}" for name in only_rebuilt]
+    report += [f"only in the main build: {name}" for name in only_main]
     report += [f"differs: {name}\n{_first_difference(MAIN / name, out / name)}" for name in differing]
-    assert not report, f"{len(missing) + len(differing)} of {len(rebuilt)} files differ:\n" + "\n".join(report)
+    assert not report, f"{len(report)} of {len(rebuilt | main)} files differ:\n" + "\n".join(report)
     # Sanity: the comparison covered what a reader gets.
     assert any(name.startswith("_images/") for name in rebuilt)
     assert any(name.endswith(".ipynb") for name in rebuilt)
