@@ -4,10 +4,14 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+PIP := $(PY) -m pip install -qq
 # PyTorch is only needed by the conformance tests; `make test TORCH=` skips installing it.
 TORCH ?= torch==2.13.0
-STAMP := $(VENV)/.installed-$(shell printf '%s' '$(TORCH)' | tr -c 'A-Za-z0-9.' '_')
+# `make docs` installs only what the book needs (the docs extra); `make test` adds the test and browser tools.
+DOCS_STAMP := $(VENV)/.installed-docs
+TEST_STAMP := $(VENV)/.installed-test-$(shell printf '%s' '$(TORCH)' | tr -c 'A-Za-z0-9.' '_')
 SPHINXOPTS ?= -W --keep-going -n
+BUILD := docs/_build
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 1700000000)
 export SOURCE_DATE_EPOCH
 
@@ -15,18 +19,25 @@ export SOURCE_DATE_EPOCH
 
 all: test
 
-$(STAMP): pyproject.toml
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,docs,browser]' $(TORCH)
-	@rm -f $(VENV)/.installed-*
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) --upgrade pip
+
+$(DOCS_STAMP): pyproject.toml | $(PY)
+	$(PIP) -e '.[docs]'
 	@touch $@
 
-venv: $(STAMP)
+$(TEST_STAMP): pyproject.toml $(DOCS_STAMP)
+	$(PIP) -e '.[test,docs,browser]' $(TORCH)
+	@rm -f $(VENV)/.installed-test-*
+	@touch $@
 
-## The book: executed chapters, strict (warnings are errors), into docs/_build/html.
-docs: $(STAMP)
-	$(PY) -m sphinx $(SPHINXOPTS) -b html docs docs/_build/html
+venv: $(TEST_STAMP)
+
+## The book: executed chapters, strict (warnings are errors), into docs/_build/html. Sphinx's doctrees and the
+## execution cache go to docs/_build/doctrees, beside the site rather than inside it.
+docs: $(DOCS_STAMP)
+	$(PY) -m sphinx $(SPHINXOPTS) -b html -d $(BUILD)/doctrees docs $(BUILD)/html
 
 docs-clean:
 	rm -rf docs/_build
@@ -37,18 +48,18 @@ docs-clean:
 ## (On 2 cores, run alternately: 2 workers 142 and 144 s, 273 CPU-seconds each; 3 workers 145 and 153 s,
 ## 286 and 301 CPU-seconds, the extra browser and its contention costing more than the idle time it fills.)
 TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 1)
-test: docs chromium
+test: $(TEST_STAMP) docs chromium
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal
 
 ## Only the package's tests and doctests (no book, no browser).
-test-fast: $(STAMP)
+test-fast: $(TEST_STAMP)
 	$(PY) -m pytest -n auto -m "not docs and not browser"
 
-lint: $(STAMP)
+lint: $(TEST_STAMP)
 	$(PY) -m ruff check attention_ref tests benchmarks docs
 	$(PY) -m mypy
 
-bench: $(STAMP)
+bench: $(TEST_STAMP)
 	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(PY) benchmarks/run.py --write benchmarks/results.json
 
 ## Debian's Chromium for the browser tests (Playwright's own download does not work offline).

@@ -19,6 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 
 pytestmark = pytest.mark.docs
+# A line that reads as a warning: Sphinx's and logging's "WARNING", or a Python warning ("UserWarning: ...").
+WARNING_LINE = re.compile(r"\bWARNING\b|\w+Warning: ")
 
 NOTEBOOK_HEADER = """\
 ---
@@ -89,6 +91,10 @@ def test_control_book_builds_cleanly(control):
     result, _ = control
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert _sphinx_messages(result.stderr) == []
+    # A clean log: nothing that looks like a warning, from Sphinx, an extension or a kernel (ipykernel warns
+    # about unencrypted TCP channels unless the kernel manager provisions keys: docs/_ext/chapter_execution.py).
+    warnings = [line for line in (result.stdout + result.stderr).splitlines() if WARNING_LINE.search(line)]
+    assert warnings == [], warnings
     # Each chapter ran once: side by side before reading (given two cores), then MyST-NB took it from the cache.
     if (os.cpu_count() or 1) >= 2:
         assert "executing 2 notebooks on 2 cores" in result.stdout, result.stdout[-3000:]

@@ -12,6 +12,7 @@ What keeps the two identical: SOURCE_DATE_EPOCH (exported by the Makefile; Sphin
 import difflib
 import filecmp
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -23,11 +24,13 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 # BOOK_SITE: compare another build folder instead (as in tests/test_site.py).
 MAIN = Path(os.environ.get("BOOK_SITE", DOCS / "_build" / "html"))
-# Build bookkeeping, not part of the site a reader gets: Sphinx's doctree pickles and the execution cache
-# (which sit in <outdir>/.doctrees without -d) and the build-info stamp.
-IGNORED_TOP = {".doctrees", ".buildinfo", ".buildinfo.bak"}
+# Build bookkeeping, not part of the site a reader gets: the build-info stamp. (Sphinx's doctrees and the
+# execution cache live beside the site, in docs/_build/doctrees: see the Makefile.)
+IGNORED_TOP = {".buildinfo", ".buildinfo.bak"}
 
 pytestmark = pytest.mark.docs
+# A line that reads as a warning: Sphinx's and logging's "WARNING", or a Python warning ("UserWarning: ...").
+WARNING_LINE = re.compile(r"\bWARNING\b|\w+Warning: ")
 
 
 def _site_files(root):
@@ -62,7 +65,8 @@ def test_a_second_clean_build_is_byte_identical(tmp_path):
     out = tmp_path / "_build" / "html"
     env = {**os.environ, "SOURCE_DATE_EPOCH": _source_date_epoch()}
     result = subprocess.run(
-        [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-n", "-q", "-b", "html", str(DOCS), str(out)],
+        [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-n", "-b", "html",
+         "-d", str(tmp_path / "_build" / "doctrees"), str(DOCS), str(out)],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -70,6 +74,10 @@ def test_a_second_clean_build_is_byte_identical(tmp_path):
         timeout=1800,
     )
     assert result.returncode == 0, result.stderr[-5000:]
+    # A clean build prints progress and nothing that looks like a warning, and publishes only the site.
+    warnings = [line for line in (result.stdout + result.stderr).splitlines() if WARNING_LINE.search(line)]
+    assert warnings == [], warnings
+    assert not (out / ".doctrees").exists() and not (MAIN / ".doctrees").exists(), "doctrees inside the site"
 
     rebuilt = _site_files(out)
     main = _site_files(MAIN)

@@ -1,0 +1,128 @@
+"""The book's local Sphinx extensions (``docs/_ext/``) do what their docstrings say they correct.
+
+The behaviours that need a whole build (chapters executed side by side, a complete search index after an
+incremental build, a clean log, byte-identical rebuilds, downloadable notebooks) are checked by
+tests/test_docs_build.py, tests/test_docs_reproducible.py and tests/test_site.py; these are the parts that can
+be shown directly.
+"""
+
+import re
+import sys
+import types
+from pathlib import Path
+
+import pytest
+from conftest import require
+
+ROOT = Path(__file__).resolve().parents[1]
+EXT = ROOT / "docs" / "_ext"
+
+pytestmark = pytest.mark.docs
+
+
+@pytest.fixture(scope="module")
+def ext():
+    """Import a module of docs/_ext by name, as Sphinx does with the path docs/conf.py sets."""
+    require("sphinx")
+    require("myst_nb")
+    sys.path.insert(0, str(EXT))
+    import importlib
+
+    yield importlib.import_module
+    sys.path.remove(str(EXT))
+
+
+def test_every_extension_says_what_it_corrects_and_is_loaded_by_conf(ext):
+    conf = (ROOT / "docs" / "conf.py").read_text()
+    modules = sorted(path.stem for path in EXT.glob("*.py") if not path.stem.startswith("_"))
+    assert len(modules) >= 6, modules
+    for name in modules:
+        module = ext(name)
+        doc = module.__doc__ or ""
+        assert re.search(r"Verified\s+with", doc), f"{name}: its docstring names no upstream versions"
+        assert "Correct" in doc or "Adds" in doc, f"{name}: its docstring does not say what it corrects or adds"
+        assert callable(getattr(module, "setup", None)), f"{name} has no setup()"
+        assert f'"{name}"' in conf, f"{name} is not loaded by docs/conf.py"
+
+
+def test_conf_is_configuration_only():
+    conf = (ROOT / "docs" / "conf.py").read_text()
+    assert len(conf.splitlines()) < 150
+    assert "def " not in conf and "lambda" not in conf
+
+
+def test_a_changed_upstream_function_stops_the_build_with_a_clear_message(ext):
+    from sphinx.errors import ExtensionError
+
+    upstream = ext("_upstream")
+
+    def handler(app, exc):
+        return app, exc
+
+    def renamed(application, exc):
+        return application, exc
+
+    Fake = types.ModuleType("fake_module")
+    Fake.handler, Fake.renamed = handler, renamed
+    assert upstream.require("ext", Fake, "handler", ("app", "exc"), "sphinx") is Fake.handler
+    with pytest.raises(ExtensionError, match=r"ext: sphinx \d[\w.]* changed fake_module.renamed: parameters"):
+        upstream.require("ext", Fake, "renamed", ("app", "exc"), "sphinx")
+    with pytest.raises(ExtensionError, match=r"ext: sphinx \d[\w.]* has no fake_module.gone"):
+        upstream.require("ext", Fake, "gone", ("app",), "sphinx")
+
+
+def test_streams_are_joined_exactly_where_myst_nb_adds_blank_lines(ext):
+    from myst_nb.core.utils import coalesce_streams
+
+    nbformat = require("nbformat")
+    streams = ext("exact_streams")
+    # print("a"); print("b") as a kernel may split it: "a", then the newline together with the next line.
+    outputs = [
+        {"output_type": "stream", "name": "stdout", "text": "a"},
+        {"output_type": "execute_result", "data": {"text/plain": "1"}, "metadata": {}, "execution_count": 1},
+        {"output_type": "stream", "name": "stdout", "text": "\nb\n"},
+    ]
+    merged = streams.merge_streams([dict(output) for output in outputs])
+    assert [output["output_type"] for output in merged] == ["stream", "execute_result"]
+    assert merged[0]["text"] == "a\nb\n"
+    theirs = coalesce_streams([nbformat.from_dict(dict(output)) for output in outputs])
+    assert theirs[0]["text"] == "a\n\nb\n"  # the behaviour exact_streams corrects (MyST-NB 1.4)
+
+
+def test_the_execution_cache_follows_the_package_source(ext, tmp_path, monkeypatch):
+    cache = ext("execution_cache")
+    monkeypatch.setattr(cache, "ROOT", tmp_path)
+    monkeypatch.setattr(cache, "DOCS", tmp_path / "docs")
+    (tmp_path / "attention_ref").mkdir()
+    source = tmp_path / "attention_ref" / "softmax.py"
+    source.write_text("x = 1\n")
+    before = cache.source_fingerprint()
+    assert cache.source_fingerprint() == before
+    source.write_text("x = 2\n")
+    assert cache.source_fingerprint() != before
+
+    class App:
+        doctreedir = str(tmp_path / "doctrees")
+
+    class Config:
+        nb_execution_cache_path = ""
+
+    stale = tmp_path / "doctrees" / "jupyter_cache" / "0123456789abcdef"
+    stale.mkdir(parents=True)
+    cache.configure_execution_cache(App, Config)
+    assert Config.nb_execution_cache_path == str(tmp_path / "doctrees" / "jupyter_cache" / cache.source_fingerprint())
+    assert not stale.exists()
+
+
+def test_kernels_get_encrypted_channels_when_they_support_them(ext):
+    zmq = require("zmq")
+    execution = ext("chapter_execution")
+    manager = execution.EncryptedKernelManager()
+    assert manager.transport_encryption == ("auto" if zmq.has("curve") else "disabled")
+
+
+def test_citations_get_a_role_axe_accepts(ext):
+    roles = ext("citation_roles")
+    context = {"body": '<div role="list"><div class="citation" role="doc-biblioentry">x</div></div>'}
+    roles.fix_citation_roles(None, "api/attention_ref.softmax", "page.html", context, None)
+    assert context["body"] == '<div role="list"><div class="citation" role="listitem">x</div></div>'
