@@ -354,6 +354,46 @@ def test_large_scores_match_the_reference(rng, reference_attention, dtype, size)
     np.testing.assert_allclose(out, expected, rtol=0, atol=min(tol, 1e-2 if size == 300 else tol))
 
 
+LARGE_BIASES = ["constant +1e3", "constant -1e3", "per-row +-1e3", "finfo.min padding", "per-row and padding"]
+
+
+def large_bias(kind, L, S, dtype):
+    """A (2, L, S) bias of about +-1e3 or with keys padded by ``np.finfo(dtype).min``, in `dtype`.
+
+    Per row: in the first batch every row about -1e3, in the second alternately about -1e3 and +1e3.
+    """
+    rows = np.stack([np.full(L, -1e3), np.where(np.arange(L) % 2 == 0, -1e3, 1e3)]) + np.linspace(0.0, 2.0, L)
+    padding = np.zeros((2, L, S))
+    padding[..., S - 2 :] = np.finfo(dtype).min  # the last two keys of every row
+    padding[:, L - 1] = np.finfo(dtype).min  # and every key of the last row: a finite bias, so uniform weights
+    bias = {
+        "constant +1e3": np.full((2, L, S), 1e3),
+        "constant -1e3": np.full((2, L, S), -1e3),
+        "per-row +-1e3": np.broadcast_to(rows[..., None], (2, L, S)),
+        "finfo.min padding": padding,
+        "per-row and padding": np.maximum(rows[..., None] + padding, np.finfo(dtype).min),
+    }[kind]
+    return bias.astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("kind", LARGE_BIASES)
+@pytest.mark.parametrize("attend", [scaled_dot_product_attention, blockwise_attention])
+def test_large_biases_match_the_reference(rng, reference_attention, dtype, kind, attend):
+    # exp(s + b) underflows to 0 for b = -1e3 and overflows for b = +1e3: the row maximum must be subtracted.
+    # The scores themselves are small, so the dense kernel's Cauchy-Schwarz bound would let it skip that shift,
+    # which is only right without a bias.
+    L, S = 5, 6
+    q, k, v = (a.astype(dtype) for a in qkv(rng, batch=(2,), L=L, S=S, E=4))
+    bias = large_bias(kind, L, S, dtype)
+    kwargs = {"block_size": 2} if attend is blockwise_attention else {}
+    out = attend(q, k, v, bias=bias, **kwargs)
+    expected, _ = reference_attention(q, k, v, bias=bias)
+    assert out.dtype == dtype
+    # Adding 1e3 rounds the scores to 1e3 * eps: a relative error of that size in the weights.
+    np.testing.assert_allclose(out, expected, rtol=0, atol=1e4 * np.finfo(dtype).eps)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("size", [1.0, 30.0])
 @pytest.mark.parametrize("attend", [scaled_dot_product_attention, blockwise_attention])

@@ -111,14 +111,36 @@ def test_sdpa_weights_rows_sum_to_one_or_zero(inputs):
     np.testing.assert_array_equal(out[..., empty, :], 0.0)
 
 
-@given(attention_inputs(heads=True), st.sampled_from([None, 0.0, 0.3, 2.0]), st.booleans())
-def test_sdpa_equals_independent_float64_formula(reference_attention, inputs, scale, with_bias):
+@st.composite
+def biases(draw, shape):
+    """None, or a small (L, S) bias plus offsets of 0 or +-1e3 (constant or per row), some keys padded.
+
+    Padded keys get ``np.finfo(float64).min``; a row may be padded throughout (a finite bias: uniform weights).
+    """
+    if not draw(st.booleans(), label="with bias"):
+        return None
+    L, S = shape
+    bias = np.linspace(-1, 1, L * S).reshape(L, S)
+    offsets = st.sampled_from([0.0, -1e3, 1e3])
+    if draw(st.booleans(), label="per-row offsets"):
+        bias += draw(hnp.arrays(np.float64, (L, 1), elements=offsets), label="offsets")
+    else:
+        bias += draw(offsets, label="offset")
+    padded = draw(hnp.arrays(np.bool_, (1, S), elements=st.booleans()), label="padded keys")
+    return np.where(padded, np.finfo(np.float64).min, bias)
+
+
+@given(attention_inputs(heads=True), st.sampled_from([None, 0.0, 0.3, 2.0]), st.data())
+def test_sdpa_equals_independent_float64_formula(reference_attention, inputs, scale, data):
     q, k, v, mask = inputs
-    bias = np.linspace(-1, 1, mask.size).reshape(mask.shape) if with_bias else None
+    bias = data.draw(biases(mask.shape), label="bias")
     out, w = scaled_dot_product_attention(q, k, v, mask=mask, bias=bias, scale=scale, return_weights=True)
     ref_out, ref_w = reference_attention(q, k, v, allowed=mask, bias=bias, scale=scale)
-    np.testing.assert_allclose(w, ref_w, rtol=1e-12, atol=1e-14)
-    np.testing.assert_allclose(out, ref_out, rtol=1e-12, atol=1e-13)
+    # Adding an offset of 1e3 rounds the scores to about 1e3 * eps.
+    big = 0.0 if bias is None else np.abs(bias[bias > np.finfo(np.float64).min]).max(initial=0.0)
+    tol = 1.0 + big / 10
+    np.testing.assert_allclose(w, ref_w, rtol=1e-12 * tol, atol=1e-14 * tol)
+    np.testing.assert_allclose(out, ref_out, rtol=1e-12 * tol, atol=1e-13 * tol)
 
 
 @given(attention_inputs(), st.permutations(range(6)), st.permutations(range(6)))
