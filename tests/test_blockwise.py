@@ -100,6 +100,38 @@ def test_mask_bias_and_broadcast_batch_axes(rng):
     np.testing.assert_allclose(lse, expected_lse, rtol=0, atol=ATOL)
 
 
+def jumping_bias(L, S, dtype):
+    """An (L, S) bias, in `dtype`, whose size jumps by about 1e3 from key to key, with padded keys and rows.
+
+    Keys: padded (``np.finfo(dtype).min``), -1e3, 0, +1e3, -1e3, +1e3 + 1, padded, and so on; rows add about
+    -1e3, +1e3, 0, ... in turn; the last row is padded throughout (a finite bias: uniform weights).
+    """
+    fmin = np.finfo(dtype).min
+    keys = np.resize([fmin, -1e3, 0.0, 1e3, -1e3, 1e3 + 1.0, fmin], S)
+    rows = np.resize([-1e3, 1e3, 0.0, -1e3 + 0.5], L)
+    bias = np.maximum(rows[:, None] + keys, fmin)
+    bias[L - 1] = fmin
+    return bias.astype(dtype)
+
+
+@pytest.mark.parametrize("block", [1, 2, 3, (2, 1), (1, 4), 64])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_large_biases_jumping_between_key_blocks(rng, reference_attention, block, dtype):
+    # The running maximum moves by about 1e3 from one key block to the next, up and down, and a row may open on
+    # a padded key: each step must rescale the old sums by exp(old max - new max), which is 0 or 1 here.
+    L, S = 5, 7
+    q, k, v = (a.astype(dtype) for a in qkv(rng, (2,), (2,), L, S))
+    bias = jumping_bias(L, S, dtype)
+    out, lse = ar.blockwise_attention(q, k, v, bias=bias, block_size=block, return_lse=True)
+    expected, _ = reference_attention(q, k, v, bias=bias)
+    tol = 1e4 * np.finfo(dtype).eps  # adding 1e3 rounds the scores to about 1e3 * eps
+    assert out.dtype == lse.dtype == dtype
+    np.testing.assert_allclose(out, expected, rtol=0, atol=tol)
+    expected_lse = ar.logsumexp(dense_scores(q.astype(np.float64), k.astype(np.float64), bias=bias))
+    np.testing.assert_allclose(lse, expected_lse, rtol=tol, atol=tol)
+    np.testing.assert_allclose(out, ar.scaled_dot_product_attention(q, k, v, bias=bias), rtol=0, atol=tol)
+
+
 def test_values_with_more_batch_axes_than_scores(rng):
     q = rng.standard_normal((4, 2))
     k = rng.standard_normal((5, 2))
@@ -290,6 +322,39 @@ def test_merge_of_a_split_equals_full_attention(rng):
     full, full_lse = ar.blockwise_attention(q, k, v, mask=mask, return_lse=True)
     np.testing.assert_allclose(out, full, rtol=0, atol=ATOL)
     np.testing.assert_allclose(lse, full_lse, rtol=0, atol=ATOL)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("c", [1000.0, -1000.0])
+def test_merge_with_large_finite_lses_by_hand(dtype, c):
+    # exp(+-1000) overflows or underflows: only the differences of the lses may be exponentiated. Row by row the
+    # second part's lse is c + log 3 (weights 1/4 and 3/4), c - 2000 (weight exp(-2000) = 0) and -inf (empty).
+    lse_a = np.full(3, c, dtype=dtype)
+    lse_b = np.array([c + math.log(3.0), c - 2000.0, -np.inf], dtype=dtype)
+    out, lse = ar.merge_attention([np.full((3, 1), 4.0, dtype), np.full((3, 1), 8.0, dtype)], [lse_a, lse_b])
+    tol = 1e4 * np.finfo(dtype).eps  # c + log 3 is rounded to about 1e3 * eps
+    assert out.dtype == lse.dtype == dtype
+    np.testing.assert_allclose(out, [[7.0], [4.0], [4.0]], rtol=0, atol=tol)
+    np.testing.assert_allclose(lse, [c + math.log(4.0), c, c], rtol=0, atol=tol)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_merge_of_a_split_with_large_biases_equals_full_attention(rng, reference_attention, dtype):
+    # Each group of keys has lses near +-1e3 (or at np.finfo(dtype).min) from the biases of its keys.
+    L, S = 5, 7
+    q, k, v = (a.astype(dtype) for a in qkv(rng, (2,), (2,), L, S))
+    bias = jumping_bias(L, S, dtype)
+    # The padded row gets one real key: a row padded throughout has lses finfo.min + log(group size), which round
+    # to finfo.min, so merging would weigh its groups equally instead of by their sizes.
+    bias[L - 1, 2] = 0.0
+    groups = [[0, 3], [1, 2, 6], [4, 5]]
+    parts = [ar.blockwise_attention(q, k[..., g, :], v[..., g, :], bias=bias[:, g], return_lse=True) for g in groups]
+    out, lse = ar.merge_attention([o for o, _ in parts], [s for _, s in parts])
+    expected, _ = reference_attention(q, k, v, bias=bias)
+    tol = 1e4 * np.finfo(dtype).eps
+    np.testing.assert_allclose(out, expected, rtol=0, atol=tol)
+    expected_lse = ar.logsumexp(dense_scores(q.astype(np.float64), k.astype(np.float64), bias=bias))
+    np.testing.assert_allclose(lse, expected_lse, rtol=tol, atol=tol)
 
 
 def test_merge_with_an_infinite_lse_gives_nan_without_warning():
