@@ -51,9 +51,9 @@ TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 1)
 test: $(TEST_STAMP) docs chromium
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal
 
-## Only the package's tests and doctests (no book, no browser).
+## Only the package's tests and doctests (no book, no browser, no wheel in a fresh environment).
 test-fast: $(TEST_STAMP)
-	$(PY) -m pytest -n auto -m "not docs and not browser"
+	$(PY) -m pytest -n auto -m "not docs and not browser and not wheel"
 
 lint: $(TEST_STAMP)
 	$(PY) -m ruff check attention_ref tests benchmarks docs

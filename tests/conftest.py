@@ -135,7 +135,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 # the worker that takes the second book build (about a minute of CPU) starts it at once, and the short tests
 # at the end fill the gaps, leaving the workers finishing within seconds of each other. (With --dist load,
 # the browser tests queued on one worker ran 35 to 41 s after the other two had finished.)
-_SLOW_FIRST = ("test_docs_reproducible.py", "test_docs_build.py", "test_lint.py", "test_site.py")
+_SLOW_FIRST = (
+    "test_docs_reproducible.py", "test_docs_build.py", "test_doctests_plain.py", "test_lint.py", "test_site.py"
+)
 
 
 def pytest_collection_modifyitems(session, config, items):

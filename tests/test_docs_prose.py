@@ -57,7 +57,10 @@ _NUMBERING = re.compile(r"\b(?:Exercises?|Chapters?|Sections?|Figures?|Fig\.|Tab
 _LEADING_NUMBER = re.compile(r"^\s*\d+(?:\.\d+)*\.?\s")
 # TeX that a reader would see verbatim: a control word, math delimiters, or braced sub/superscripts.
 _RAW_TEX = re.compile(r"\\[A-Za-z]+|\\[()\[\]]|\$|[_^]\{")
-_PATH_LIKE = re.compile(r"[/\\]|\.(?:png|svg|jpe?g|gif|webp)\b|\b[0-9a-f]{16,}\b", re.IGNORECASE)
+# A file name or path: "../_images/x.png", "/abs/path", "x.svg", or a long hex hash ("key/value" is fine).
+_PATH_LIKE = re.compile(
+    r"(?:^|\s)(?:\.{1,2}/|/|_images/)|\S\.(?:png|svg|jpe?g|gif|webp)\b|\b[0-9a-f]{16,}\b", re.IGNORECASE
+)
 
 
 def _soup(html):
@@ -337,5 +340,9 @@ def test_selftest_a_path_or_repeated_alt_text_is_caught():
     path_alt = {page: [("../_images/1e57.png", "../_images/1e575f2afc1be46bd66229bd3d8b16c0.png")]}
     assert "file name" in " ".join(alt_text_problems(path_alt))
     assert "no alt text" in " ".join(alt_text_problems({page: [(src, None)]}))
+    bare_hash = {page: [(src, "1e575f2afc1be46bd66229bd3d8b16c0a44365cfb9ee0a0580301f67b33d33cb")]}
+    assert "file name" in " ".join(alt_text_problems(bare_hash))
+    slash = "Heatmap of the key/value weights of each query, brighter where the weight is larger"
+    assert alt_text_problems({page: [(src, slash)]}) == []
     repeated = {page: [(src, alt), ("../_images/other.png", alt)]}
     assert "repeats the alt text" in " ".join(alt_text_problems(repeated))
