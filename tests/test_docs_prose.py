@@ -63,9 +63,11 @@ _PATH_LIKE = re.compile(
 )
 
 
-def _soup(html):
+def _soup(html, article_only=False):
+    """The parsed page; only its ``<article>`` (the content, without the theme's chrome) when `article_only`."""
     bs4 = require("bs4")
-    return bs4.BeautifulSoup(html, "html.parser")
+    only = bs4.SoupStrainer("article") if article_only else None
+    return bs4.BeautifulSoup(html, "html.parser", parse_only=only)
 
 
 def _missing_site():
@@ -119,7 +121,7 @@ def _sentence(text, start, end):
 
 def prose_numbers(html):
     """Every number in a page's prose that did not come from a glue, as `Number` records, in page order."""
-    soup = _soup(html)
+    soup = _soup(html, article_only=True)
     article = soup.select_one("article.bd-article") or soup.body or soup
     for element in article.select(
         "div.cell, div.output, pre, code, span.pasted-text, span.pasted-inline, div.pasted-inline, "
@@ -243,7 +245,7 @@ def test_no_raw_tex_in_search_titles_or_notebook_names():
 
 def figure_alt_texts(html):
     """``(src, alt)`` of every image in a page's content (``alt`` is None when missing)."""
-    soup = _soup(html)
+    soup = _soup(html, article_only=True)
     article = soup.select_one("article.bd-article") or soup.body or soup
     return [(img.get("src", ""), img.get("alt")) for img in article.select("img")]
 
@@ -267,6 +269,7 @@ def alt_text_problems(pages_and_images):
     return problems
 
 
+@functools.cache
 def _all_alt_texts():
     if not PAGES:
         _missing_site()
