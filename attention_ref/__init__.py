@@ -52,6 +52,7 @@ from .multihead import MultiHeadParams, init_multi_head_params, merge_heads, mul
 from .plotting import plot_attention, plot_heads
 from .positional import alibi_bias, alibi_slopes, apply_rope, sinusoidal_positions
 from .softmax import log_softmax, logsumexp, softmax
+from .varlen import varlen_attention
 
 __version__ = "0.1.0"
 
@@ -79,4 +80,5 @@ __all__ = [
     "sliding_window_mask",
     "softmax",
     "split_heads",
+    "varlen_attention",
 ]

@@ -43,6 +43,7 @@ from attention_ref import (
     sliding_window_mask,
     softmax,
     split_heads,
+    varlen_attention,
 )
 
 matplotlib.use("Agg")
@@ -406,6 +407,12 @@ CASES = [
     ("plot_heads", "unknown-keyword", call(plot_heads, W3, colour="red"), TypeError, r"'colour'"),
     ("plot_heads", "figsize-negative", call(plot_heads, W3, figsize=(-1, 2)), ValueError, r"figsize"),
     ("plot_heads", "annotate-str", call(plot_heads, W3, annotate="yes"), TypeError, r"^annotate "),
+    ("varlen_attention", "cu-float", call(varlen_attention, Q, K, V, [0.0, 3.0], [0, 5]), TypeError,
+     r"^cu_seqlens_q "),
+    ("varlen_attention", "cu-end", call(varlen_attention, Q, K, V, [0, 3], [0, 4]), ValueError, r"^cu_seqlens_k "),
+    ("varlen_attention", "q-2d", call(varlen_attention, Q[0], K, V, [0, 3], [0, 5]), ValueError, r"^q "),
+    ("varlen_attention", "mask", call(varlen_attention, Q, K, V, [0, 3], [0, 5], mask=np.ones((3, 5), bool)),
+     TypeError, r"does not take mask"),
 ]
 
 
