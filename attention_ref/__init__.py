@@ -26,8 +26,13 @@ Grouped-query attention
     ``Hq`` not a multiple of ``Hkv``, is an error.
 Dtypes
     float16/32/64 in gives the same dtype out, accumulated in at least
-    float32; integers become float64. Dropout needs an explicit
-    ``numpy.random.Generator``.
+    float32; integers become float64. bfloat16 (the NumPy dtype of the
+    optional ``ml_dtypes`` package, which JAX uses) is accepted wherever a
+    float is, computed in float32 and returned as bfloat16; ml_dtypes is
+    imported only when a bfloat16 dtype has to be made from its name. The
+    8-bit and narrower ml_dtypes floats (float8_e4m3fn, float8_e5m2, ...)
+    are rejected with a TypeError: convert them, exactly, to float32 or
+    bfloat16 first. Dropout needs an explicit ``numpy.random.Generator``.
 Multi-head parameters
     Row convention: ``Q = x @ w_q + b_q`` with ``w_q`` of shape
     ``(d_model, n_heads * d_head)``; head ``h`` owns columns
@@ -44,6 +49,7 @@ Errors
     (dtypes, kinds) naming the argument, what it got and what was expected.
 """
 
+from . import testing as testing  # attention_ref.testing.assert_attention_close, like numpy.testing
 from .attention import scaled_dot_product_attention
 from .blockwise import blockwise_attention, merge_attention
 from .decoding import KVCache, decode_step

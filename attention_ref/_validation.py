@@ -15,13 +15,41 @@ import numpy as np
 __all__: list[str] = []  # private module
 
 _FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+#: Names of ml_dtypes' float types narrower than 16 bits (float8_e4m3fn, float8_e5m2, float6_*, float4_*).
+_NARROW_FLOAT_PREFIXES = ("float8_", "float6_", "float4_")
+
+
+def is_bfloat16(dtype) -> bool:
+    """Whether `dtype` is bfloat16 (ml_dtypes', the NumPy dtype JAX uses), told without importing ml_dtypes."""
+    return isinstance(dtype, np.dtype) and dtype.name == "bfloat16" and dtype.itemsize == 2
+
+
+def bfloat16_dtype() -> np.dtype:
+    """Return ml_dtypes' bfloat16, importing ml_dtypes only now; ImportError saying how to install it if missing."""
+    try:
+        import ml_dtypes
+    except ImportError:
+        raise ImportError(
+            "bfloat16 needs the optional ml_dtypes package (the NumPy dtype JAX uses): pip install ml_dtypes"
+        ) from None
+    return np.dtype(ml_dtypes.bfloat16)
+
+
+def _reject_narrow_float(dtype: np.dtype, name: str) -> None:
+    """Raise TypeError for 8-bit and narrower ml_dtypes floats: storage formats, upcast exactly first."""
+    if dtype.name.startswith(_NARROW_FLOAT_PREFIXES):
+        raise TypeError(
+            f"{name} has dtype {dtype}, a storage format attention_ref does not compute in; "
+            f"convert it first (exactly) with .astype(numpy.float32) or to bfloat16"
+        )
 
 
 def as_real_array(x, name: str) -> np.ndarray:
     """Return `x` as a real floating ndarray, rejecting bool, complex and object.
 
-    Integer input becomes float64; float16/32/64 keep their dtype; other
-    floating types (e.g. longdouble) are rejected so results stay comparable.
+    Integer input becomes float64; float16/32/64 and bfloat16 keep their
+    dtype; float8 and other floating types (e.g. longdouble) are rejected so
+    results stay comparable.
     """
     if isinstance(x, np.ndarray):
         arr = x
@@ -30,6 +58,9 @@ def as_real_array(x, name: str) -> np.ndarray:
             arr = np.asarray(x)
         except (TypeError, ValueError) as exc:
             raise TypeError(f"{name} must be array-like of real numbers; got {type(x).__name__}: {exc}") from None
+    if is_bfloat16(arr.dtype):
+        return arr
+    _reject_narrow_float(arr.dtype, name)
     kind = arr.dtype.kind
     if kind == "b":
         raise TypeError(f"{name} must hold real numbers, not booleans; got dtype {arr.dtype}")
@@ -39,7 +70,7 @@ def as_real_array(x, name: str) -> np.ndarray:
         return arr.astype(np.float64)
     if kind == "f":
         if arr.dtype not in _FLOAT_DTYPES:
-            raise TypeError(f"{name} must be float16, float32 or float64; got dtype {arr.dtype}")
+            raise TypeError(f"{name} must be float16, float32, float64 or bfloat16; got dtype {arr.dtype}")
         return arr
     raise TypeError(f"{name} must hold real numbers; got dtype {arr.dtype}")
 
@@ -61,13 +92,20 @@ def as_bool_mask(mask, name: str = "mask") -> np.ndarray:
 
 
 def float_dtype(dtype, name: str = "dtype") -> np.dtype:
-    """Return `dtype` as float16, float32 or float64; anything else is a TypeError."""
+    """Return `dtype` as float16, float32, float64 or bfloat16; anything else is a TypeError.
+
+    The string ``"bfloat16"`` imports ml_dtypes (ImportError if it is missing).
+    """
+    if isinstance(dtype, str) and dtype == "bfloat16":
+        return bfloat16_dtype()
     try:
         dt = np.dtype(dtype)
     except TypeError:
         dt = np.dtype(object)  # not understood: rejected below
+    if is_bfloat16(dt):
+        return dt
     if dt not in _FLOAT_DTYPES:
-        raise TypeError(f"{name} must be float16, float32 or float64; got {dtype!r}")
+        raise TypeError(f"{name} must be float16, float32, float64 or bfloat16; got {dtype!r}")
     return dt
 
 
@@ -75,9 +113,18 @@ def result_dtype(*arrays: np.ndarray) -> tuple[np.dtype, np.dtype]:
     """Return ``(out_dtype, work_dtype)`` for float arrays.
 
     ``out_dtype`` follows NumPy promotion; ``work_dtype`` is at least float32
-    so that float16 input accumulates in float32.
+    so that float16 and bfloat16 input accumulates in float32. bfloat16
+    promotes as in JAX: with itself to bfloat16, with float16 to float32,
+    with a wider float to that float.
     """
-    out = np.result_type(*arrays)
+    dtypes = [np.dtype(getattr(a, "dtype", a)) for a in arrays]
+    wide = [d for d in dtypes if not is_bfloat16(d)]
+    if len(wide) == len(dtypes):
+        out = np.result_type(*arrays)
+    elif not wide:
+        return dtypes[0], np.dtype(np.float32)
+    else:
+        out = np.result_type(np.float32, *wide)
     work = np.result_type(out, np.float32)
     return np.dtype(out), np.dtype(work)
 

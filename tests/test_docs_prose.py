@@ -114,6 +114,8 @@ class Number:
 def _sentence(text, start, end):
     """The sentence of ``text`` around ``text[start:end]``, at most about 200 characters."""
     left = max(text.rfind(". ", 0, start) + 2, start - 120, 0)
+    if left > 0 and text[left - 1] != " ":  # cut at a word, not inside one
+        left = text.find(" ", left, start) + 1 or left
     right = text.find(". ", end)
     right = len(text) if right < 0 else min(right + 1, end + 120)
     return text[left:right].strip()

@@ -1,0 +1,285 @@
+"""attention_ref.testing.assert_attention_close: correct low-precision kernels pass, buggy ones fail."""
+
+import math
+import re
+
+import numpy as np
+import pytest
+from conftest import require
+
+import attention_ref as ar
+from attention_ref.testing import _naive_attention, assert_attention_close
+
+DTYPES = ["float16", "bfloat16", "float32", "float64"]
+
+
+def as_dtype(name):
+    return np.dtype(require("ml_dtypes").bfloat16) if name == "bfloat16" else np.dtype(name)
+
+
+def qkv(seed, dtype, *, B=2, H=3, Hkv=None, L=37, S=53, E=16, Ev=8, spread=1.0):
+    rng = np.random.default_rng(seed)
+    Hkv = H if Hkv is None else Hkv
+    q = (spread * rng.standard_normal((B, H, L, E))).astype(dtype)
+    k = (spread * rng.standard_normal((B, Hkv, S, E))).astype(dtype)
+    v = rng.standard_normal((B, Hkv, S, Ev)).astype(dtype)
+    return q, k, v
+
+
+def flash_like(q, k, v, *, block=16, is_causal=False):
+    """A FlashAttention-2 style kernel: online softmax in float32, P rounded to the input dtype before P @ V."""
+    dtype = q.dtype
+    q32, k32, v32 = (a.astype(np.float32) for a in (q, k, v))
+    L, S = q.shape[-2], k.shape[-2]
+    qs = q32 * np.float32(1 / math.sqrt(q.shape[-1]))
+    m = np.full(q.shape[:-1], -np.inf, np.float32)
+    l = np.zeros_like(m)
+    acc = np.zeros((*m.shape, v.shape[-1]), np.float32)
+    for c0 in range(0, S, block):
+        s = qs @ np.swapaxes(k32[..., c0:c0 + block, :], -1, -2)
+        if is_causal:
+            s = np.where(np.arange(c0, min(S, c0 + block)) <= np.arange(L)[:, None], s, -np.inf)
+        m_new = np.maximum(m, s.max(axis=-1))
+        shift = np.where(np.isneginf(m_new), 0, m_new).astype(np.float32)
+        alpha = np.exp(m - shift)
+        p = np.exp(s - shift[..., None])
+        l = l * alpha + p.sum(axis=-1)
+        acc = acc * alpha[..., None] + p.astype(dtype).astype(np.float32) @ v32[..., c0:c0 + block, :]
+        m = m_new
+    return (acc / np.where(l > 0, l, 1)[..., None]).astype(dtype)
+
+
+# --------------------------------------------------------------------- correct kernels pass
+
+
+@pytest.mark.parametrize("name", DTYPES)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_blockwise_and_dense_pass_in_every_dtype(name, seed):
+    dtype = as_dtype(name)
+    for spread in (0.5, 1.0, 2.0):
+        q, k, v = qkv(seed, dtype, spread=spread)
+        for options in ({}, {"is_causal": True}, {"is_causal": True, "causal_alignment": "bottom-right"}):
+            assert_attention_close(ar.blockwise_attention(q, k, v, block_size=(8, 5), **options), q, k, v, **options)
+            assert_attention_close(ar.scaled_dot_product_attention(q, k, v, **options), q, k, v, **options)
+
+
+@pytest.mark.parametrize("name", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_a_flash_attention_style_kernel_passes(name, seed):
+    dtype = as_dtype(name)
+    q, k, v = qkv(seed, dtype, L=40, S=200, E=64, spread=1.5)
+    for is_causal in (False, True):
+        assert_attention_close(flash_like(q, k, v, block=32, is_causal=is_causal), q, k, v, is_causal=is_causal)
+
+
+@pytest.mark.parametrize("name", DTYPES)
+def test_options_pass_through(name):
+    dtype = as_dtype(name)
+    q, k, v = qkv(4, dtype, H=4, Hkv=2)
+    rng = np.random.default_rng(4)
+    mask = rng.random((37, 53)) < 0.8
+    mask[3] = False  # a fully masked row
+    bias = rng.standard_normal((4, 37, 53)).astype(dtype)
+    for options in (
+        {"enable_gqa": True, "mask": mask},
+        {"enable_gqa": True, "bias": bias, "scale": 0.2},
+        {"enable_gqa": True, "is_causal": True, "mask": mask, "bias": bias},
+    ):
+        actual = ar.blockwise_attention(q, k, v, block_size=7, **options)
+        assert_attention_close(actual, q, k, v, **options)
+
+
+def test_correctly_rounded_output_passes_with_no_slack():
+    # The reference rounded to float16 is as close as a float16 array can be: it passes even with atol=0, factor=1.
+    q, k, v = qkv(5, np.float16)
+    best = ar.scaled_dot_product_attention(*(a.astype(np.float64) for a in (q, k, v))).astype(np.float16)
+    assert_attention_close(best, q, k, v, factor=1.0, atol=0.0)
+
+
+def test_inputs_may_be_wider_than_the_output():
+    # A kernel fed float32 that writes float16: the baseline rounds the inputs to float16 as well.
+    q, k, v = qkv(6, np.float32)
+    assert_attention_close(ar.scaled_dot_product_attention(q, k, v).astype(np.float16), q, k, v)
+
+
+def test_non_finite_input_must_give_the_same_non_finite_output():
+    q, k, v = qkv(7, np.float32)
+    q[0, 0, 2, 0] = np.nan
+    actual = ar.blockwise_attention(q, k, v, block_size=8)
+    assert np.isnan(actual[0, 0, 2]).all()
+    assert_attention_close(actual, q, k, v)
+    actual[0, 0, 2] = 0.0
+    with pytest.raises(AssertionError, match=r"^8 of 1776 elements (.|\n)*\nlargest error inf at index "
+                                             r"\(0, 0, 2, \d\): actual 0, reference nan"):
+        assert_attention_close(actual, q, k, v)
+
+
+# --------------------------------------------------------------------- buggy kernels fail
+
+FAILURE = re.compile(
+    r"^(?P<n>\d+) of (?P<total>\d+) elements are too far from the float64 reference\n"
+    r"allowed: factor \* \(naive (?P<dtype>\w+) baseline's largest error\) \+ atol = "
+    r"(?P<factor>\S+) \* (?P<base>\S+) \+ (?P<atol>\S+) = (?P<bound>\S+)\n"
+    r"largest error (?P<err>\S+) at index (?P<index>\([\d, ]+\)): actual (?P<actual>\S+), "
+    r"reference (?P<reference>\S+), baseline's error there (?P<there>\S+)\n"
+    r"ratio to the baseline's largest error: (?P<ratio>\S+)$"
+)
+
+
+def failure(actual, q, k, v, **options):
+    """The parsed AssertionError message of a check that must fail."""
+    with pytest.raises(AssertionError) as info:
+        assert_attention_close(actual, q, k, v, **options)
+    match = FAILURE.match(str(info.value))
+    assert match, str(info.value)
+    return match
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_off_by_one_causal_mask_fails(seed):
+    q, k, v = qkv(seed, np.float16, L=20, S=20)
+    wrong = ar.scaled_dot_product_attention(q, k, v, mask=np.tri(20, k=1, dtype=bool))  # sees one key ahead
+    m = failure(wrong, q, k, v, is_causal=True)
+    assert m["dtype"] == "float16" and m["factor"] == "2"
+    assert int(m["total"]) == wrong.size and 0 < int(m["n"]) <= wrong.size
+    index = tuple(int(i) for i in m["index"][1:-1].split(","))
+    assert index[2] < 19  # the last query sees every key either way: never the worst
+    assert float(m["err"]) > 10 * float(m["bound"])
+    assert float(m["ratio"]) == pytest.approx(float(m["err"]) / float(m["base"]), rel=1e-2)
+    reference = ar.scaled_dot_product_attention(*(a.astype(np.float64) for a in (q, k, v)), is_causal=True)
+    assert float(m["actual"]) == pytest.approx(float(wrong[index]), rel=1e-5)
+    assert float(m["reference"]) == pytest.approx(reference[index], rel=1e-5)
+    assert float(m["err"]) == pytest.approx(abs(float(wrong[index]) - reference[index]), rel=1e-2)
+
+
+@pytest.mark.parametrize(("name", "error"), [("float32", 0.001), ("float16", 0.05), ("bfloat16", 0.05),
+                                             ("float64", 1e-9)])
+def test_a_slightly_wrong_scale_fails(name, error):
+    dtype = as_dtype(name)
+    q, k, v = qkv(8, dtype, E=64, spread=1.5)
+    wrong = ar.scaled_dot_product_attention(q, k, v, scale=(1 + error) / 8)
+    assert_attention_close(ar.scaled_dot_product_attention(q, k, v, scale=1 / 8), q, k, v)
+    m = failure(wrong, q, k, v)
+    assert m["dtype"] == name
+    assert float(m["ratio"]) > 2
+
+
+def test_missing_max_shift_overflows_and_fails():
+    q, k, v = qkv(9, np.float16, spread=2.5)  # scores well above 11.1, where exp overflows float16
+
+    def no_shift(q, k, v):
+        s = (q.astype(np.float32) @ np.swapaxes(k.astype(np.float32), -1, -2) / 4).astype(np.float16)
+        with np.errstate(over="ignore", invalid="ignore"):
+            e = np.exp(s)  # float16: inf for s > 11.09
+            return (e / e.sum(axis=-1, keepdims=True)) @ v
+
+    wrong = no_shift(q, k, v)
+    assert np.isnan(wrong).any()
+    m = failure(wrong, q, k, v)
+    assert m["err"] == "inf" and m["actual"] == "nan" and m["ratio"] == "inf"
+
+
+def test_float16_accumulation_in_a_float32_kernel_fails():
+    q, k, v = qkv(10, np.float32, S=300, E=64)
+    half_inside = _naive_attention(q, k, v, np.dtype(np.float16), {}).astype(np.float32)
+    m = failure(half_inside, q, k, v)
+    assert m["dtype"] == "float32" and float(m["ratio"]) > 100
+
+
+def test_wrong_grouped_query_mapping_fails():
+    q, k, v = qkv(11, np.float16, H=4, Hkv=2)
+    # h % Hkv instead of PyTorch's h // (H // Hkv): heads 1 and 2 read the wrong key/value head.
+    wrong = ar.scaled_dot_product_attention(q, np.tile(k, (1, 2, 1, 1)), np.tile(v, (1, 2, 1, 1)))
+    m = failure(wrong, q, k, v, enable_gqa=True)
+    assert m["index"].split(",")[1].strip() in ("1", "2")
+
+
+def test_factor_and_atol_can_be_loosened():
+    q, k, v = qkv(12, np.float32, E=64, spread=1.5)
+    wrong = ar.scaled_dot_product_attention(q, k, v, scale=1.001 / 8)
+    m = failure(wrong, q, k, v)
+    assert_attention_close(wrong, q, k, v, factor=2 * float(m["ratio"]))
+    assert_attention_close(wrong, q, k, v, atol=2 * float(m["err"]))
+    m = failure(wrong, q, k, v, factor=0.0, atol=1e-6)
+    assert m["factor"] == "0" and m["atol"] == "1e-06"
+
+
+# --------------------------------------------------------------------- the baseline and the default atol
+
+
+@pytest.mark.parametrize("options", [
+    {}, {"is_causal": True}, {"is_causal": True, "causal_alignment": "bottom-right"}, {"scale": 0.0},
+    {"enable_gqa": True, "mask": np.tri(37, 53, k=5, dtype=bool)},
+])
+def test_the_float64_baseline_is_the_reference_formula(options):
+    q, k, v = qkv(13, np.float64, H=4, Hkv=2 if options.get("enable_gqa") else 4)
+    baseline = _naive_attention(q, k, v, np.dtype(np.float64), options)
+    expected = ar.scaled_dot_product_attention(q, k, v, **options)
+    assert baseline.dtype == np.float64
+    np.testing.assert_allclose(baseline, expected, rtol=0, atol=1e-13)
+
+
+@pytest.mark.parametrize("name", ["float16", "bfloat16"])
+def test_the_low_precision_baseline_rounds_every_step(name):
+    dtype = as_dtype(name)
+    q, k, v = qkv(14, dtype)
+    baseline = _naive_attention(q, k, v, dtype, {"is_causal": True})
+    assert baseline.dtype == dtype
+    reference = ar.scaled_dot_product_attention(*(a.astype(np.float64) for a in (q, k, v)), is_causal=True)
+    ours = ar.scaled_dot_product_attention(q, k, v, is_causal=True)  # float32 inside, rounded once
+    base_err = np.abs(baseline.astype(np.float64) - reference).max()
+    our_err = np.abs(ours.astype(np.float64) - reference).max()
+    assert our_err < base_err < 20 * our_err
+
+
+@pytest.mark.parametrize(("name", "units"), [("float16", 2.0**-10), ("bfloat16", 2.0**-7), ("float32", 2.0**-19),
+                                             ("float64", 2.0**-48)])
+def test_default_atol_per_dtype(name, units):
+    dtype = as_dtype(name)
+    q, k, v = qkv(15, dtype)
+    m = failure(ar.scaled_dot_product_attention(q, k, v, scale=0.5), q, k, v)
+    reference = ar.scaled_dot_product_attention(*(a.astype(np.float64) for a in (q, k, v)))
+    assert float(m["atol"]) == pytest.approx(units * np.abs(reference).max(), rel=2e-3)
+
+
+# --------------------------------------------------------------------- bad arguments
+
+Q = np.zeros((2, 3, 4))
+OUT = np.zeros((2, 3, 4))
+
+
+@pytest.mark.parametrize(
+    ("actual", "kwargs", "exc", "pattern"),
+    [
+        (OUT[..., :3], {}, ValueError, r"^actual must have the shape of the attention output of q, k and v, "
+                                       r"\(2, 3, 4\); got \(2, 3, 3\)"),
+        (OUT.astype(int), {}, TypeError, r"^actual must be a kernel's floating-point output .*got dtype int64"),
+        (OUT > 0, {}, TypeError, r"^actual must hold real numbers, not booleans"),
+        (OUT + 0j, {}, TypeError, r"^actual must be real"),
+        (OUT.astype(np.longdouble), {}, TypeError, r"^actual must be float16, float32, float64 or bfloat16"),
+        ("out", {}, TypeError, r"^actual must hold real numbers"),
+        (OUT, {"return_weights": True}, TypeError, r"^assert_attention_close .*return_weights is not an option"),
+        (OUT, {"dropout_p": 0.1}, TypeError, r"dropout_p is not an option"),
+        (OUT, {"factor": -1.0}, ValueError, r"^factor must be >= 0.0; got -1.0"),
+        (OUT, {"factor": "2"}, TypeError, r"^factor must be a real number"),
+        (OUT, {"atol": np.inf}, ValueError, r"^atol must be finite"),
+        (OUT, {"is_causal": 1}, TypeError, r"^is_causal must be True or False"),
+        (OUT, {"colour": "red"}, TypeError, r"colour"),
+    ],
+    ids=["shape", "int", "bool", "complex", "longdouble", "str", "return_weights", "dropout", "factor-negative",
+         "factor-str", "atol-inf", "is_causal", "unknown-option"],
+)
+def test_bad_arguments_raise_named_errors(actual, kwargs, exc, pattern):
+    with pytest.raises(exc, match=pattern):
+        assert_attention_close(actual, Q, Q, Q, **kwargs)
+
+
+def test_float8_output_is_rejected():
+    f8 = np.dtype(require("ml_dtypes").float8_e4m3fn)
+    with pytest.raises(TypeError, match=r"^actual has dtype float8_e4m3fn"):
+        assert_attention_close(OUT.astype(f8), Q, Q, Q)
+
+
+def test_importable_as_attention_ref_testing():
+    assert ar.testing.assert_attention_close is assert_attention_close
+    assert ar.testing.__all__ == ["assert_attention_close"]
