@@ -129,12 +129,16 @@ def test_incremental_builds_keep_the_search_index_whole(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     out = tmp_path / "_build" / "html"
     clean = (out / "searchindex.js").read_text()
+    clean_page = (out / "index.html").read_text()
     assert "tiny index entry" in clean
     assert _run_sphinx(src, out).returncode == 0  # nothing changed: no page written
     assert (out / "searchindex.js").read_text() == clean
     os.utime(out / "index.html", (0, 0))  # an output older than its source: that page gets rewritten
     assert _run_sphinx(src, out).returncode == 0
     assert (out / "searchindex.js").read_text() == clean
+    # The rewritten page links MathJax and MyST-NB's files exactly as the clean build's page did (the files are
+    # in _static before any page is written: docs/_ext/early_assets.py).
+    assert (out / "index.html").read_text() == clean_page
 
 
 def test_wrong_docstring_example_fails_the_doctest_run(tmp_path):
