@@ -3,10 +3,11 @@
 Corrects: jupyter-cache (via MyST-NB's ``nb_execution_mode = "cache"``) keys an executed notebook on the
 notebook's own text only, so editing ``attention_ref`` would leave every chapter showing outputs of the old
 code. This extension points ``nb_execution_cache_path`` at ``<doctreedir>/jupyter_cache/<fingerprint>``, where
-the fingerprint hashes the package source, the figure style and the benchmark record the Performance chapter
-reads. Because ``nb_execution_cache_path`` is an "env" config value, a new fingerprint also makes Sphinx
-re-read every document. Caches of older fingerprints are removed, and each doctree folder has its own cache,
-so builds into different folders never share a database.
+the fingerprint hashes the package source, the figure style, the benchmark record the Performance chapter
+reads, and the frameworks record with the names of the optional frameworks installed (the frameworks page
+runs live with them and from the record without). Because ``nb_execution_cache_path`` is an "env" config
+value, a new fingerprint also makes Sphinx re-read every document. Caches of older fingerprints are removed,
+and each doctree folder has its own cache, so builds into different folders never share a database.
 
 It also builds matplotlib's font cache before any chapter runs (on a fresh machine matplotlib announces that
 build on stderr, which ``nb_output_stderr = "warn"`` turns into a build error), and keeps attention_ref's
@@ -20,6 +21,7 @@ MyST-NB 1.4.0 and jupyter-cache 1.0.1.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import shutil
 from pathlib import Path
@@ -40,13 +42,21 @@ def hash_files(paths) -> str:
     return digest.hexdigest()[:16]
 
 
+#: Optional frameworks a page runs live when they are installed and reads from a committed record otherwise
+#: (docs/chapters/frameworks.md): installing or removing one must re-execute that page.
+OPTIONAL_FRAMEWORKS = ("torch", "jax")
+
+
 def source_fingerprint() -> str:
     """Hash of everything executed chapters depend on besides their own text."""
-    return hash_files([
+    files = hash_files([
         *sorted((ROOT / "attention_ref").glob("*.py")),
         DOCS / "chapters" / "matplotlibrc",
         ROOT / "benchmarks" / "results.json",  # read by the Performance chapter
+        DOCS / "chapters" / "frameworks_record.json",  # read by the frameworks page without torch and JAX
     ])
+    installed = [name for name in OPTIONAL_FRAMEWORKS if importlib.util.find_spec(name) is not None]
+    return hashlib.sha256(f"{files} {' '.join(installed)}".encode()).hexdigest()[:16]
 
 
 def configure_execution_cache(app, config):
