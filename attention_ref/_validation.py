@@ -167,6 +167,49 @@ def check_real(value, name: str, *, minimum: float | None = None, below: float |
     return value
 
 
+def check_positive_real(value, name: str) -> float:
+    """Return `value` as a finite float > 0."""
+    value = check_real(value, name)
+    if not value > 0:
+        raise ValueError(f"{name} must be > 0; got {value}")
+    return value
+
+
+def check_window(window, name: str = "window") -> tuple[int | None, int | None]:
+    """Return `window` as ``(left, right)``, each an int >= 0 or None (unbounded)."""
+    if not isinstance(window, (tuple, list)):
+        raise TypeError(
+            f"{name} must be a pair (left, right), each an int >= 0 or None for unbounded; "
+            f"got {window!r} of type {type(window).__name__}"
+        )
+    if len(window) != 2:
+        raise ValueError(f"{name} must be a pair (left, right); got a sequence of length {len(window)}")
+    left, right = (
+        None if side is None else check_int(side, f"{name}[{i}] ({which})", minimum=0)
+        for i, (side, which) in enumerate(zip(window, ("left", "right"), strict=True))
+    )
+    return left, right
+
+
+def as_per_head(values, name: str, batch_shape: tuple[int, ...], dtype) -> np.ndarray:
+    """Return finite per-head `values` in `dtype`, checked to broadcast to `batch_shape` (the scores' ``(..., H)``).
+
+    A 1-D array holds one value per head: it lines up with the last batch axis, the head axis.
+    """
+    arr = as_real_array(values, name)
+    check_finite(arr, name)
+    try:
+        fits = np.broadcast_shapes(arr.shape, batch_shape) == tuple(batch_shape)
+    except ValueError:
+        fits = False
+    if not fits:
+        raise ValueError(
+            f"{name} must broadcast to the batch and head axes of the scores, {tuple(batch_shape)} "
+            f"(a 1-D array holds one value per head); got shape {arr.shape}"
+        )
+    return arr.astype(dtype, copy=False)
+
+
 def check_choice(value, name: str, choices: Sequence[str]) -> str:
     """Raise ValueError unless `value` is one of `choices`."""
     if not isinstance(value, str) or value not in choices:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validation import as_bool_mask, check_choice, check_int, float_dtype
+from ._validation import as_bool_mask, check_choice, check_int, check_window, float_dtype
 
 __all__ = ["causal_mask", "mask_to_bias", "padding_mask", "sliding_window_mask"]
 
 ALIGNMENTS = ("top-left", "bottom-right")
+SIDES = ("right", "left")
 
 
 def _query_positions(n_queries, n_keys, alignment):
@@ -24,6 +25,21 @@ def _query_positions(n_queries, n_keys, alignment):
     rows = np.arange(n_queries)[:, None] + offset  # (L, 1)
     cols = np.arange(n_keys)[None, :]  # (1, S)
     return rows, cols
+
+
+def in_window(rows, cols, left, right):
+    """True where ``rows - left <= cols <= rows + right``; a None side is unbounded.
+
+    `rows` holds the key positions of the queries, shape (l, 1), `cols` the
+    key indices, shape (1, s): the one definition of a window that the masks
+    and the attention functions share.
+    """
+    allowed = np.ones(np.broadcast_shapes(np.shape(rows), np.shape(cols)), dtype=bool)
+    if left is not None:
+        allowed &= cols >= rows - left
+    if right is not None:
+        allowed &= cols <= rows + right
+    return allowed
 
 
 def causal_mask(n_queries, n_keys=None, *, alignment="top-left"):
@@ -92,7 +108,7 @@ def causal_mask(n_queries, n_keys=None, *, alignment="top-left"):
 
 
 def sliding_window_mask(n_queries, n_keys=None, *, window, alignment="top-left"):
-    r"""Causal mask that keeps only the `window` most recent keys per query.
+    r"""Local attention mask: each query sees only the keys in a window around its position.
 
     Parameters
     ----------
@@ -100,38 +116,57 @@ def sliding_window_mask(n_queries, n_keys=None, *, window, alignment="top-left")
         Number of queries, L.
     n_keys : int, optional
         Number of keys, S. Defaults to `n_queries`.
-    window : int
-        How many keys each query may see, itself included (>= 1).
+    window : int or (int or None, int or None)
+        An int ``w >= 1``: causal, the `w` most recent keys, the query's own
+        position included. A pair ``(left, right)``, each an int >= 0 or None
+        for unbounded: the keys from `left` positions before the query's
+        position to `right` positions after it, as the `window` argument of
+        `scaled_dot_product_attention` (``w`` is the pair ``(w - 1, 0)``).
     alignment : {"top-left", "bottom-right"}, optional
-        Diagonal placement when L != S, as in `causal_mask`.
+        Key position ``p_i`` of query ``i``: ``i`` (top-left) or
+        ``i + S - L`` (bottom-right), as in `causal_mask`.
 
     Returns
     -------
     ndarray of bool, shape (L, S)
-        True where ``0 <= p_i - j < window``, with ``p_i`` the key position
-        of query ``i``.
+        True where ``0 <= p_i - j < w`` (int form) or
+        ``p_i - left <= j <= p_i + right`` (pair form).
 
     Raises
     ------
     TypeError
-        If a size or `window` is not an integer.
+        If a size is not an integer, `window` is neither an integer nor a
+        pair, or a side of the pair is neither an integer nor None.
     ValueError
-        If a size is negative, `window` < 1, or `alignment` is unknown.
+        If a size is negative, an int `window` is < 1, a pair has a negative
+        side or a length other than 2, or `alignment` is unknown.
 
     See Also
     --------
-    causal_mask : The unlimited window.
+    causal_mask : The unlimited causal window, ``(None, 0)``.
+    scaled_dot_product_attention : Its `window` applies the pair form
+        without building the mask.
 
     Notes
     -----
     Local (sliding-window) attention as used by Longformer and Mistral:
-    entry :math:`(i, j)` is True iff :math:`0 \le i + o - j < w`. With
+    with :math:`p_i = i + o` (:math:`o = 0` top-left, :math:`o = S - L`
+    bottom-right), entry :math:`(i, j)` of the pair form is True iff
+
+    .. math::
+
+        p_i - \mathrm{left} \le j \le p_i + \mathrm{right},
+
+    FlashAttention's ``window_size=(left, right)`` with bottom-right
+    alignment (``-1`` there is None here). The int form is causal:
+    :math:`0 \le p_i - j < w`, the pair ``(w - 1, 0)``; with
     :math:`w \ge S` it equals `causal_mask`.
 
     References
     ----------
     .. [1] Beltagy, I., M. E. Peters, A. Cohan, "Longformer: The
        Long-Document Transformer", arXiv:2004.05150, 2020.
+    .. [2] Jiang, A. Q. et al., "Mistral 7B", arXiv:2310.06825, 2023.
 
     Examples
     --------
@@ -141,14 +176,27 @@ def sliding_window_mask(n_queries, n_keys=None, *, window, alignment="top-left")
            [1, 1, 0, 0],
            [0, 1, 1, 0],
            [0, 0, 1, 1]])
+
+    A pair reaches both ways; None leaves a side open:
+
+    >>> sliding_window_mask(4, window=(1, 1)).astype(int)
+    array([[1, 1, 0, 0],
+           [1, 1, 1, 0],
+           [0, 1, 1, 1],
+           [0, 0, 1, 1]])
+    >>> sliding_window_mask(2, 4, window=(None, 0), alignment="bottom-right").astype(int)
+    array([[1, 1, 1, 0],
+           [1, 1, 1, 1]])
     """
-    window = check_int(window, "window", minimum=1)
+    if isinstance(window, (tuple, list)):
+        left, right = check_window(window)
+    else:
+        left, right = check_int(window, "window", minimum=1) - 1, 0
     rows, cols = _query_positions(n_queries, n_keys, alignment)
-    distance = rows - cols
-    return (distance >= 0) & (distance < window)
+    return in_window(rows, cols, left, right)
 
 
-def padding_mask(lengths, n_keys):
+def padding_mask(lengths, n_keys, *, side="right"):
     r"""Mask out padded keys: sequence ``b`` has only ``lengths[b]`` real keys.
 
     Parameters
@@ -157,11 +205,16 @@ def padding_mask(lengths, n_keys):
         Number of valid (non-padding) keys in each sequence.
     n_keys : int
         Padded key length, S.
+    side : {"right", "left"}, optional
+        Where the padding sits. ``"right"``: the real keys come first,
+        positions ``j < lengths[b]``. ``"left"``: they come last, positions
+        ``j >= S - lengths[b]``, as in batched generation, where every
+        sequence ends at the same position so the next tokens line up.
 
     Returns
     -------
     ndarray of bool, shape (\*lengths.shape, 1, S)
-        True for key positions ``j < lengths[b]``. The size-one query axis
+        True for the real key positions. The size-one query axis
         broadcasts against scores of shape ``(B, L, S)``; for scores with a
         head axis ``(B, H, L, S)`` insert it: ``padding_mask(...)[:, None]``.
 
@@ -170,16 +223,25 @@ def padding_mask(lengths, n_keys):
     TypeError
         If `lengths` does not hold integers.
     ValueError
-        If a length is negative or larger than `n_keys`.
+        If a length is negative or larger than `n_keys`, or `side` is not
+        ``"right"`` or ``"left"``.
 
     See Also
     --------
     causal_mask : Combine with ``&`` for padded causal attention.
+    decode_step : Left-padded batches decode with bottom-right alignment.
 
     Notes
     -----
-    Entry :math:`(b, 0, j)` is True iff :math:`j < \ell_b`. A sequence of
-    length 0 masks every key, and attention then returns zeros for it.
+    Right padding: entry :math:`(b, 0, j)` is True iff :math:`j < \ell_b`.
+    Left padding: iff :math:`j \ge S - \ell_b`. A sequence of length 0
+    masks every key, and attention then returns zeros for it.
+
+    With left padding the last real key of every sequence is key
+    :math:`S - 1`, so bottom-right alignment (``causal_alignment=
+    "bottom-right"``) puts each sequence's last query on its own last key;
+    causal masks, windows and ALiBi distances then hold per sequence
+    without knowing the lengths.
 
     Examples
     --------
@@ -188,8 +250,13 @@ def padding_mask(lengths, n_keys):
     array([[[1, 1, 1, 0]],
     <BLANKLINE>
            [[1, 0, 0, 0]]])
+    >>> padding_mask([3, 1], 4, side="left").astype(int)
+    array([[[0, 1, 1, 1]],
+    <BLANKLINE>
+           [[0, 0, 0, 1]]])
     """
     n_keys = check_int(n_keys, "n_keys", minimum=0)
+    check_choice(side, "side", SIDES)
     try:
         lengths = np.asarray(lengths)
     except (TypeError, ValueError) as exc:
@@ -202,6 +269,8 @@ def padding_mask(lengths, n_keys):
         raise ValueError(
             f"lengths must lie in [0, n_keys={n_keys}]; got values from {lengths.min()} to {lengths.max()}"
         )
+    if side == "left":
+        return np.arange(n_keys) >= n_keys - lengths.astype(np.int64)[..., None, None]  # no unsigned wrap-around
     return np.arange(n_keys) < lengths[..., None, None]
 
 

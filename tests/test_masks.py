@@ -102,6 +102,73 @@ def test_sliding_window_matches_band_of_two_trils(shape, alignment, window):
     np.testing.assert_array_equal(sliding_window_mask(L, S, window=window, alignment=alignment), band)
 
 
+def test_window_pair_by_hand():
+    # Query i sees keys i - 1 .. i + 2.
+    expected = np.array(
+        [
+            [1, 1, 1, 0, 0],
+            [1, 1, 1, 1, 0],
+            [0, 1, 1, 1, 1],
+            [0, 0, 1, 1, 1],
+        ],
+        dtype=bool,
+    )
+    np.testing.assert_array_equal(sliding_window_mask(4, 5, window=(1, 2)), expected)
+    # Bottom-right: query i sits at key position i + 1.
+    np.testing.assert_array_equal(sliding_window_mask(4, 5, window=[2, 1], alignment="bottom-right"), expected)
+
+
+@pytest.mark.parametrize("shape", [(3, 7), (7, 3), (4, 4), (0, 3), (3, 0)])
+@pytest.mark.parametrize("alignment", ["top-left", "bottom-right"])
+@pytest.mark.parametrize("window", [1, 2, 5])
+def test_int_window_is_the_pair_window_minus_one_and_zero(shape, alignment, window):
+    L, S = shape
+    np.testing.assert_array_equal(
+        sliding_window_mask(L, S, window=window, alignment=alignment),
+        sliding_window_mask(L, S, window=(window - 1, 0), alignment=alignment),
+    )
+
+
+@pytest.mark.parametrize("shape", [(3, 7), (7, 3), (4, 4)])
+@pytest.mark.parametrize("alignment", ["top-left", "bottom-right"])
+@pytest.mark.parametrize("left", [None, 0, 1, 3, 10])
+@pytest.mark.parametrize("right", [None, 0, 2, 10])
+def test_window_pair_matches_band_of_two_trils(shape, alignment, left, right):
+    L, S = shape
+    offset = 0 if alignment == "top-left" else S - L
+    ones = np.ones(shape, dtype=bool)
+    below = ones if right is None else np.tril(ones, k=offset + right)  # j <= p + right
+    above = ones if left is None else ~np.tril(ones, k=offset - left - 1)  # j >= p - left
+    got = sliding_window_mask(L, S, window=(left, right), alignment=alignment)
+    np.testing.assert_array_equal(got, below & above)
+
+
+def test_unbounded_window_sides():
+    np.testing.assert_array_equal(sliding_window_mask(3, 5, window=(None, None)), np.ones((3, 5), dtype=bool))
+    for alignment in ("top-left", "bottom-right"):
+        np.testing.assert_array_equal(
+            sliding_window_mask(3, 5, window=(None, 0), alignment=alignment), causal_mask(3, 5, alignment=alignment)
+        )
+    np.testing.assert_array_equal(sliding_window_mask(4, window=(0, None)), np.triu(np.ones((4, 4), dtype=bool)))
+
+
+@pytest.mark.parametrize(
+    ("window", "error", "match"),
+    [
+        ((1,), ValueError, r"^window must be a pair"),
+        ((1, 2, 3), ValueError, r"^window must be a pair"),
+        ((-1, 0), ValueError, r"^window\[0\] \(left\) must be >= 0; got -1"),
+        ((0, -2), ValueError, r"^window\[1\] \(right\) must be >= 0; got -2"),
+        ((1.0, 0), TypeError, r"^window\[0\] \(left\) must be an integer"),
+        (("1", 0), TypeError, r"^window\[0\] \(left\) must be an integer"),
+        (0, ValueError, r"^window must be >= 1"),
+    ],
+)
+def test_bad_window_pairs(window, error, match):
+    with pytest.raises(error, match=match):
+        sliding_window_mask(3, window=window)
+
+
 # --- padding_mask -----------------------------------------------------------
 
 
@@ -130,6 +197,38 @@ def test_padding_mask_broadcasts_against_scores_and_combines_with_causal():
 
 def test_padding_mask_accepts_unsigned_lengths():
     np.testing.assert_array_equal(padding_mask(np.array([1], dtype=np.uint8), 2), [[[True, False]]])
+    # n_keys - lengths must not wrap around in the unsigned type
+    left = padding_mask(np.array([1, 0], dtype=np.uint8), 300, side="left")
+    assert left.sum(axis=-1).ravel().tolist() == [1, 0] and left[0, 0, -1]
+
+
+def test_left_padding_by_hand():
+    expected = np.array([[[0, 1, 1, 1]], [[0, 0, 0, 1]], [[0, 0, 0, 0]], [[1, 1, 1, 1]]], dtype=bool)
+    got = padding_mask([3, 1, 0, 4], 4, side="left")
+    assert got.shape == (4, 1, 4)
+    np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("lengths", [[0], [2, 5], [[1, 3], [5, 0]]])
+def test_left_padding_is_right_padding_reversed(lengths):
+    np.testing.assert_array_equal(padding_mask(lengths, 5, side="left"), padding_mask(lengths, 5)[..., ::-1])
+    np.testing.assert_array_equal(padding_mask(lengths, 5, side="right"), padding_mask(lengths, 5))
+
+
+def test_left_padding_lines_up_bottom_right_causal_masks():
+    # With the real keys at the end, the bottom-right causal mask restricted to a sequence's real keys is the
+    # causal mask of that sequence alone (queries are never padded here: they are the newest positions).
+    L, S = 2, 5
+    for length in range(L, S + 1):
+        combined = padding_mask([length], S, side="left")[0] & causal_mask(L, S, alignment="bottom-right")
+        np.testing.assert_array_equal(combined[:, S - length :], causal_mask(L, length, alignment="bottom-right"))
+        assert not combined[:, : S - length].any()
+
+
+@pytest.mark.parametrize("side", ["both", "Left", None, 1])
+def test_padding_side_must_be_left_or_right(side):
+    with pytest.raises(ValueError, match=r"^side must be one of 'right', 'left'; got"):
+        padding_mask([1], 3, side=side)
 
 
 # --- mask_to_bias -----------------------------------------------------------
