@@ -121,13 +121,15 @@ def run_blocks(fn, tasks, n_scores: int) -> None:
             helper.result()  # re-raises a helper's exception here
 
 
-def softmax_rows_times(scores, v, out, shift=True) -> None:
+def softmax_rows_times(scores, v, out, shift=True, sink=None) -> None:
     """Write ``softmax(scores, axis=-1) @ v`` into `out`, overwriting `scores`.
 
     ``scores`` (l, S) holds scaled scores with any additive terms already
     added, ``v`` is (S, Ev) and ``out`` (l, Ev). Rows whose maximum is
     ``-inf`` (no allowed key) give zeros. The weights are normalised after
     the product, on the (l, Ev) output instead of the (l, S) weights.
+    A `sink` (a scalar logit) adds ``exp(sink)`` to every row's
+    denominator: one more key with a zero value.
 
     With ``shift=False`` the row maximum is not subtracted before ``exp``;
     the caller has bounded ``|scores|`` by `exp_limit`. The softmax is
@@ -136,12 +138,17 @@ def softmax_rows_times(scores, v, out, shift=True) -> None:
     overflow when ``v`` comes within a factor of about ``S`` of the largest
     float (see `scaled_down_values`).
     """
+    m = 0.0
     if shift:
         m = scores.max(axis=-1, keepdims=True)  # (l, 1)
+        if sink is not None:
+            np.maximum(m, sink, out=m)  # the sink is one more term of the row
         m[~np.isfinite(m)] = 0.0  # fully masked rows: exp(-inf - 0) = 0
         scores -= m
     np.exp(scores, out=scores)  # unnormalised weights
     total = scores.sum(axis=-1, keepdims=True)  # (l, 1): sum_j e_j
+    if sink is not None:
+        total += np.exp(sink - m)
     total[total == 0] = 1.0  # zero rows stay zero instead of 0/0
     np.matmul(scores, v, out=out)  # (l, Ev): sum_j e_j v_j
     out /= total
@@ -205,60 +212,82 @@ def dense_attention(problem) -> np.ndarray:
     q = np.broadcast_to(p.q, batch + p.q.shape[-2:])  # (..., L, E)
     k = np.broadcast_to(p.k, batch + p.k.shape[-2:])  # (..., S, E)
     v = np.broadcast_to(p.v, batch + p.v.shape[-2:])  # (..., S, Ev)
-    # Cauchy-Schwarz: |q_i . k_j| <= |q_i| max_j |k_j|. Where that bound is
-    # below exp_limit, exp(score) is safe without subtracting the row maximum.
-    # Masks add 0 or -inf and keep the bound; a float bias does not.
-    limit = exp_limit(dtype) if p.bias is None else -1.0
+    slopes = None if p.alibi_slopes is None else np.broadcast_to(p.alibi_slopes[..., 0, 0], batch)
+    sinks = None if p.sinks is None else np.broadcast_to(p.sinks, batch)
+    # Cauchy-Schwarz: |q_i . k_j| <= |q_i| max_j |k_j|. Where that bound (or the soft cap, which bounds
+    # every score) is below exp_limit, exp(score) is safe without subtracting the row maximum. Masks add
+    # 0 or -inf and keep the bound; a float bias or ALiBi term does not, nor does a large sink.
+    limit = exp_limit(dtype) if p.bias is None and slopes is None else -1.0
+    if sinks is not None and not np.abs(sinks).max(initial=0.0) <= limit:
+        limit = -1.0
     k_norms: dict = {}  # max_j |k_j| per batch index, filled by whichever thread needs it first
     n_batch = int(np.prod(batch, dtype=np.int64))
     rows_per_block = block_rows(L, S, dtype.itemsize, n_batch)
     # The heads of one query block run one after another, so that the block's
-    # additive term (mask, causal mask, bias) is built once, shared, and
-    # dropped when its last head is done: O(threads * rows * S), not O(L * S).
+    # additive term (mask, window, bias) is built once, shared, and dropped
+    # when its last head is done: O(threads * rows * S), not O(L * S). Only
+    # the keys some query of the block may see under the window are used.
     tasks = [(idx, r0) for r0 in range(0, L, rows_per_block) for idx in np.ndindex(*batch)]
     extras: dict = {}
     uses = dict.fromkeys(range(0, L, rows_per_block), 0)
     lock = threading.Lock()
-    scratch = threading.local()  # one (rows_per_block, S) score buffer per thread
+    scratch = threading.local()  # one (rows_per_block * S) score buffer per thread
 
-    def additive(r0):
-        extra = extras.get(r0)
-        if extra is None:  # two threads may both build it: same value, no harm
-            extra = p.additive(slice(r0, r0 + rows_per_block), slice(None))
+    def shared(r0):
+        """``(keys, additive term, ALiBi distances)`` of the query block at `r0`, built once for all heads."""
+        entry = extras.get(r0)
+        if entry is None:  # two threads may both build it: same value, no harm
+            rows = slice(r0, min(L, r0 + rows_per_block))
+            keys = slice(*p.key_range(rows))
+            extra = p.additive(rows, keys, alibi=False)
             extra = False if extra is None else np.broadcast_to(extra, batch + extra.shape[-2:])
-            extras[r0] = extra
+            distances = None if slopes is None else p.alibi_distances(rows, keys)
+            entry = extras[r0] = (keys, extra, distances)
         with lock:
             uses[r0] += 1
             if uses[r0] == n_batch:
                 del extras[r0]
-        return extra
+        return entry
 
     def block(task):
         idx, r0 = task
         rows = slice(r0, r0 + rows_per_block)
         target = out[(*idx, rows)]  # (l, Ev)
+        keys, extra, distances = shared(r0)
+        n_keys = keys.stop - keys.start
+        if n_keys == 0:
+            target[...] = 0.0  # the window hides every key from these queries
+            return
         if not hasattr(scratch, "scores"):
-            scratch.scores = np.empty((min(L, rows_per_block), S), dtype=dtype)
-        extra = additive(r0)
+            scratch.scores = np.empty(min(L, rows_per_block) * S, dtype=dtype)
+        sink = None if sinks is None else sinks[idx]
+        k_idx, v_idx = k[idx][keys], v[idx][keys]  # (s, E), (s, Ev)
         with np.errstate(invalid="ignore", over="ignore"):  # per thread: errstate is thread-local
             q_block = q[(*idx, rows)] * scale  # (l, E): scale the queries, not the (l, S) scores
             shift = True
             if limit > 0:
-                if idx not in k_norms:
-                    k_norms[idx] = np.sqrt(np.einsum("se,se->s", k[idx], k[idx]).max())
-                q_max = np.sqrt(np.einsum("le,le->l", q_block, q_block).max())
-                shift = not q_max * k_norms[idx] <= limit  # NaN compares False: shifted path
+                if p.softcap is not None:
+                    bound = p.softcap  # |c tanh(x / c)| <= c
+                else:
+                    if idx not in k_norms:
+                        k_norms[idx] = np.sqrt(np.einsum("se,se->s", k[idx], k[idx]).max())
+                    bound = np.sqrt(np.einsum("le,le->l", q_block, q_block).max()) * k_norms[idx]
+                shift = not bound <= limit  # NaN compares False: shifted path
             for redo in (False, True):
-                scores = np.matmul(q_block, k[idx].T, out=scratch.scores[: len(q_block)])  # (l, S)
+                buffer = scratch.scores[: len(q_block) * n_keys].reshape(len(q_block), n_keys)
+                scores = np.matmul(q_block, k_idx.T, out=buffer)  # (l, s)
+                p.cap(scores)
                 if extra is not False:
                     scores += extra[idx]
+                if distances is not None:
+                    scores -= slopes[idx] * distances  # ALiBi: -m_h |p_i - j|
                 if not redo:
-                    softmax_rows_times(scores, v[idx], target, shift=shift)
+                    softmax_rows_times(scores, v_idx, target, shift=shift, sink=sink)
                     if np.isfinite(target).all():
                         break  # else a sum overflowed (or the input is not finite): redo the block
                 else:
-                    v_small, e = scaled_down_values(v[idx], S)
-                    softmax_rows_times(scores, v_small, target)
+                    v_small, e = scaled_down_values(v_idx, S)
+                    softmax_rows_times(scores, v_small, target, sink=sink)
                     np.ldexp(target, e, out=target)
 
     run_blocks(block, tasks, n_batch * L * S)

@@ -10,16 +10,19 @@ import numpy as np
 from ._kernel import dense_attention
 from ._validation import (
     as_bool_mask,
+    as_per_head,
     as_real_array,
     broadcast_shapes,
     check_bool,
     check_choice,
     check_generator,
     check_ndim,
+    check_positive_real,
     check_real,
+    check_window,
     result_dtype,
 )
-from .masks import ALIGNMENTS
+from .masks import ALIGNMENTS, in_window
 from .softmax import softmax
 
 __all__ = ["scaled_dot_product_attention"]
@@ -42,8 +45,12 @@ class AttentionProblem:
     """Checked inputs of one attention call, shared by the dense and blockwise paths.
 
     ``q``, ``k``, ``v`` are in the working dtype (at least float32) with
-    grouped-query heads already expanded; ``additive(rows, cols)`` gives the
-    total additive term (mask, causal mask and bias) for a tile of scores.
+    grouped-query heads already expanded. Query ``i`` sits at key position
+    ``i + offset``; ``window`` is the band of keys it may see around that
+    position, with causality folded in (``right = 0``). ``additive(rows,
+    cols)`` gives the total additive term (mask, window, bias and ALiBi)
+    for a tile of scores, and ``key_range(rows)`` the keys a block of
+    queries can see at all.
     """
 
     q: np.ndarray  # (..., L, E)
@@ -52,7 +59,11 @@ class AttentionProblem:
     scale: float
     mask: np.ndarray | None  # bool, broadcastable to (..., L, S)
     bias: np.ndarray | None  # float, broadcastable to (..., L, S)
-    causal_offset: int | None  # key position of query 0, or None if not causal
+    offset: int  # key position of query 0: 0 top-left, S - L bottom-right
+    window: tuple[int | None, int | None] | None  # (left, right) keys allowed around the position; None: all
+    softcap: float | None
+    alibi_slopes: np.ndarray | None  # (..., 1, 1), broadcastable to the scores
+    sinks: np.ndarray | None  # broadcastable to the batch axes of the scores, (..., H)
     out_dtype: np.dtype
     out_shape: tuple[int, ...]  # (..., L, Ev)
 
@@ -64,19 +75,61 @@ class AttentionProblem:
     def n_keys(self) -> int:
         return self.k.shape[-2]
 
-    def additive(self, rows=slice(None), cols=slice(None)):
-        """Return the additive term for ``scores[..., rows, cols]``, or None if there is none."""
+    def _positions(self, rows, cols):
+        """Key positions of the queries ``rows``, shape (l, 1), and the key indices ``cols``, shape (1, s)."""
+        return np.arange(self.n_queries)[rows, None] + self.offset, np.arange(self.n_keys)[None, cols]
+
+    def key_range(self, rows: slice) -> tuple[int, int]:
+        """Keys ``[start, stop)`` that some query of ``rows`` (a slice with start and stop) may see."""
+        start, stop = 0, self.n_keys
+        if self.window is not None:
+            left, right = self.window
+            if left is not None:
+                start = min(self.n_keys, max(0, rows.start + self.offset - left))
+            if right is not None:
+                stop = min(self.n_keys, max(0, rows.stop - 1 + self.offset + right + 1))
+        return start, max(start, stop)
+
+    def inside_window(self, rows: slice, cols: slice) -> bool:
+        """Whether the window lets every query ``rows`` see every key ``cols`` (no window mask needed)."""
+        if self.window is None:
+            return True
+        left, right = self.window
+        first, last = rows.start + self.offset, rows.stop - 1 + self.offset  # key positions of the end rows
+        return (left is None or cols.start >= last - left) and (right is None or cols.stop - 1 <= first + right)
+
+    def cap(self, scores: np.ndarray) -> np.ndarray:
+        """Apply the soft cap ``softcap * tanh(scores / softcap)`` to `scores` in place (if there is one)."""
+        if self.softcap is not None:
+            scores /= self.softcap
+            np.tanh(scores, out=scores)
+            scores *= self.softcap
+        return scores
+
+    def alibi_distances(self, rows=slice(None), cols=slice(None)) -> np.ndarray:
+        """``|p_i - j|`` for the queries ``rows`` and keys ``cols``, shape (l, s), in the working dtype."""
+        r, c = self._positions(rows, cols)
+        return np.abs(r - c).astype(self.q.dtype)
+
+    def additive(self, rows=slice(None), cols=slice(None), *, alibi=True):
+        """Return the additive term for ``scores[..., rows, cols]``, or None if there is none.
+
+        With ``alibi=False`` the ALiBi term is left out, for a caller that
+        adds it head by head from `alibi_distances`.
+        """
         total = None
         if self.bias is not None:
             total = _rows_cols(self.bias, rows, cols)
+        if alibi and self.alibi_slopes is not None:
+            # -m_h |p_i - j| for this tile only: the (L, S) bias of the whole problem is never formed.
+            linear = self.alibi_slopes * -self.alibi_distances(rows, cols)
+            total = linear if total is None else total + linear
         allowed = None
         if self.mask is not None:
             allowed = _rows_cols(self.mask, rows, cols)
-        if self.causal_offset is not None:
-            r = np.arange(self.n_queries)[rows, None] + self.causal_offset  # (l, 1)
-            c = np.arange(self.n_keys)[None, cols]  # (1, s)
-            causal = c <= r
-            allowed = causal if allowed is None else allowed & causal
+        if self.window is not None:
+            band = in_window(*self._positions(rows, cols), *self.window)
+            allowed = band if allowed is None else allowed & band
         if allowed is not None:
             # Add 0 / -inf: multiplying exp(score) by 1 / 0 before normalising.
             minus_inf = np.where(allowed, 0.0, -np.inf).astype(self.q.dtype, copy=False)
@@ -85,16 +138,52 @@ class AttentionProblem:
 
 
 def _scores(p: AttentionProblem) -> np.ndarray:
-    """Scaled scores plus every additive term, shape (..., L, S)."""
+    """Scaled (and capped) scores plus every additive term, shape (..., L, S)."""
     with np.errstate(invalid="ignore", over="ignore"):  # non-finite input: NaN rows, no warning
         scores = p.q @ np.swapaxes(p.k, -1, -2)  # (..., L, S)
         scores *= p.scale
+        p.cap(scores)
         extra = p.additive()
         return scores if extra is None else scores + extra
 
 
+def _weights(p: AttentionProblem) -> np.ndarray:
+    """Attention weights, shape (..., L, S): the softmax of the scores, with the sinks in the denominator."""
+    scores = _scores(p)
+    if p.sinks is None:
+        return softmax(scores, axis=-1)
+    sinks = p.sinks[..., None, None]  # (..., H, 1, 1)
+    with np.errstate(invalid="ignore", over="ignore"):  # NaN or +inf scores: NaN rows, no warning
+        # The sink is one more term of the row, so the shift includes it, and a row with
+        # every key masked divides zeros by exp(0) = 1: zero weights, zero output.
+        top = np.maximum(scores.max(axis=-1, keepdims=True, initial=-np.inf), sinks)
+        scores = np.exp(scores - top)
+        return scores / (scores.sum(axis=-1, keepdims=True) + np.exp(sinks - top))
+
+
+def _window_with_causal(window, is_causal):
+    """The checked ``(left, right)`` band with causality folded in (right <= 0), or None for no band."""
+    left, right = (None, None) if window is None else check_window(window)
+    if is_causal:
+        right = 0 if right is None else min(right, 0)
+    return None if left is None and right is None else (left, right)
+
+
 def prepare_attention(
-    q, k, v, *, mask=None, bias=None, is_causal=False, causal_alignment="top-left", scale=None, enable_gqa=False
+    q,
+    k,
+    v,
+    *,
+    mask=None,
+    bias=None,
+    is_causal=False,
+    causal_alignment="top-left",
+    scale=None,
+    enable_gqa=False,
+    softcap=None,
+    window=None,
+    alibi_slopes=None,
+    sinks=None,
 ) -> AttentionProblem:
     """Check and normalise the arguments common to every attention function."""
     q = as_real_array(q, "q")
@@ -170,9 +259,14 @@ def prepare_attention(
         scale = check_real(scale, "scale")
 
     check_choice(causal_alignment, "causal_alignment", ALIGNMENTS)
-    causal_offset = None
-    if is_causal:
-        causal_offset = 0 if causal_alignment == "top-left" else S - L
+    window = _window_with_causal(window, is_causal)
+    if softcap is not None:
+        softcap = check_positive_real(softcap, "softcap")
+    heads = score_shape[:-2]  # (..., H): what per-head slopes and sinks must broadcast to
+    if alibi_slopes is not None:
+        alibi_slopes = as_per_head(alibi_slopes, "alibi_slopes", heads, work_dtype)[..., None, None]
+    if sinks is not None:
+        sinks = as_per_head(sinks, "sinks", heads, work_dtype)
 
     return AttentionProblem(
         q=q.astype(work_dtype, copy=False),
@@ -181,7 +275,11 @@ def prepare_attention(
         scale=scale,
         mask=mask,
         bias=bias,
-        causal_offset=causal_offset,
+        offset=0 if causal_alignment == "top-left" else S - L,
+        window=window,
+        softcap=softcap,
+        alibi_slopes=alibi_slopes,
+        sinks=sinks,
         out_dtype=out_dtype,
         out_shape=out_shape,
     )
@@ -196,7 +294,11 @@ def scaled_dot_product_attention(
     bias=None,
     is_causal=False,
     causal_alignment="top-left",
+    window=None,
     scale=None,
+    softcap=None,
+    alibi_slopes=None,
+    sinks=None,
     dropout_p=0.0,
     rng=None,
     enable_gqa=False,
@@ -223,10 +325,35 @@ def scaled_dot_product_attention(
         Also apply `causal_mask` with `causal_alignment`. May be combined
         with `mask` (both must allow a pair).
     causal_alignment : {"top-left", "bottom-right"}, optional
-        Diagonal placement when L != S; see `causal_mask`.
+        Diagonal placement when L != S; see `causal_mask`. It also places
+        the queries for `window` and `alibi_slopes`: query ``i`` sits at key
+        position ``p_i = i`` (top-left) or ``p_i = i + S - L``
+        (bottom-right), whether or not `is_causal` is set.
+    window : (int or None, int or None), optional
+        Local attention ``(left, right)``: query ``i`` may attend to key
+        ``j`` only if ``p_i - left <= j <= p_i + right``; each side is an
+        int >= 0, or None for unbounded. With ``is_causal=True`` the right
+        side is at most 0. The pattern of ``sliding_window_mask(L, S,
+        window=window, alignment=causal_alignment)``, never built whole.
     scale : float, optional
         Multiplier of the scores; default ``1 / sqrt(E)``. ``0.0`` is legal
         and gives uniform weights over the allowed keys.
+    softcap : float, optional
+        Soft cap ``c > 0``: the scaled scores become ``c * tanh(scores /
+        c)``, before `bias`, ALiBi and the masks are added (the order of
+        Gemma 2 and FlashAttention).
+    alibi_slopes : array_like of float, optional
+        ALiBi slopes ``m``, broadcastable to the batch and head axes of the
+        scores, ``(..., H)``; a 1-D array holds one slope per head (axis
+        -3 of the scores). Adds ``-m_h * |p_i - j|`` to the scores, built
+        block by block rather than as an (L, S) bias; the same as passing
+        `alibi_bias` as `bias`.
+    sinks : array_like of float, optional
+        Attention-sink logits ``s``, broadcastable to ``(..., H)`` like
+        `alibi_slopes`: every row's softmax denominator gains
+        ``exp(s_h)``, as if one more key with that score and a zero value
+        were allowed (gpt-oss, StreamingLLM). The output sums over the real
+        keys only, and their weights sum to less than one.
     dropout_p : float, optional
         Probability in [0, 1) of zeroing each weight (inverted dropout: kept
         weights are divided by ``1 - dropout_p``). Needs `rng`.
@@ -246,28 +373,35 @@ def scaled_dot_product_attention(
         float64).
     weights : ndarray, shape (..., L, S)
         Only with ``return_weights=True``: the weights applied to `v` (after
-        dropout, if any). Rows sum to one, except rows with no allowed key,
-        which are zero.
+        dropout, if any). Rows sum to one (to less than one with `sinks`),
+        except rows with no allowed key, which are zero.
 
     Raises
     ------
     TypeError
         If an array is complex, boolean or non-numeric (or `mask` is not
         boolean), `is_causal`, `enable_gqa` or `return_weights` is not a
-        bool, or `rng` is not a Generator when dropout is on.
+        bool, `rng` is not a Generator when dropout is on, `softcap` is not
+        a real number, or `window` is not a pair of ints or None.
     ValueError
         If shapes do not fit: E differs between `q` and `k`, S between `k`
         and `v`, batch or mask shapes do not broadcast, heads do not divide
-        under `enable_gqa`; if `causal_alignment` is unknown or `dropout_p`
-        is outside [0, 1).
+        under `enable_gqa`, `alibi_slopes` or `sinks` do not broadcast to
+        the batch and head axes of the scores; if `causal_alignment` is
+        unknown, `dropout_p` is outside [0, 1), `softcap` is not finite and
+        > 0, a side of `window` is negative (or it is not of length 2), or
+        `alibi_slopes` or `sinks` hold NaN or an infinity.
 
     See Also
     --------
     blockwise_attention : Same result without forming the (L, S) matrix.
     multi_head_attention : Projections, heads and output projection.
     causal_mask : The mask ``is_causal`` applies.
+    sliding_window_mask : The mask `window` applies.
     padding_mask : Hides padded keys.
+    alibi_bias : The bias `alibi_slopes` adds.
     mask_to_bias : The additive form a boolean mask takes here.
+    merge_attention : Folds `sinks` into results merged over key splits.
     softmax : Normalises each row of scores.
 
     Notes
@@ -287,6 +421,30 @@ def scaled_dot_product_attention(
     saturate. A row whose every key is masked has no defined softmax; it
     returns zeros. Recent PyTorch SDPA does the same (checked with 2.13),
     whereas ``torch.softmax`` of an all ``-inf`` row is NaN.
+
+    The options act in this order. With the soft cap :math:`c`, the ALiBi
+    slope :math:`m_h` and the sink :math:`s_h` of the row's head, the key
+    position :math:`p_i` of query :math:`i` and the allowed set
+    :math:`A_i` (the keys that `mask`, `is_causal` and `window` all allow,
+    :math:`p_i - \ell \le j \le p_i + r` for the window):
+
+    .. math::
+
+        x_{ij} = c \tanh\!\left(\frac{\sigma\, q_i \cdot k_j}{c}\right)
+                 + b_{ij} - m_h \lvert p_i - j \rvert, \qquad
+        w_{ij} = \frac{e^{x_{ij}}}{e^{s_h} + \sum_{j' \in A_i} e^{x_{ij'}}}
+        \quad (j \in A_i),
+
+    :math:`w_{ij} = 0` for :math:`j \notin A_i`, and
+    :math:`o_i = \sum_j w_{ij} v_j`. Without a cap the first term is
+    :math:`\sigma\, q_i \cdot k_j`; without sinks :math:`e^{s_h}` is 0.
+    The sink is an extra key with score :math:`s_h` and value 0 that no
+    mask hides. A row with no allowed key then gets zero weights and a zero
+    output, as without sinks: its denominator is :math:`e^{s_h}` alone.
+    gpt-oss's reference (``sdpa`` in ``gpt_oss/torch/model.py``, a softmax
+    over the scores with the sink appended as a last column, which is then
+    dropped) gives the same: the whole weight goes to the sink and none to
+    the keys.
 
     Conventions match ``torch.nn.functional.scaled_dot_product_attention``:
     layout, mask polarity, top-left ``is_causal``, ``scale`` and
@@ -318,6 +476,40 @@ def scaled_dot_product_attention(
     >>> scaled_dot_product_attention(q, k, v, is_causal=True)
     array([[10.        ],
            [16.69761549]])
+
+    With ``scale=0.0`` every allowed key gets the same weight, which shows
+    the patterns. A window of one key on each side:
+
+    >>> x, values = np.zeros((4, 1)), np.arange(4.0)[:, None]
+    >>> _, w = scaled_dot_product_attention(x, x, values, scale=0.0, window=(1, 1), return_weights=True)
+    >>> w[:2]
+    array([[0.5       , 0.5       , 0.        , 0.        ],
+           [0.33333333, 0.33333333, 0.33333333, 0.        ]])
+
+    ALiBi with slope 0.5 weighs keys by :math:`e^{-0.5 |i - j|}`:
+
+    >>> _, w = scaled_dot_product_attention(x[:3], x[:3], values[:3], scale=0.0, alibi_slopes=0.5,
+    ...                                     return_weights=True)
+    >>> w
+    array([[0.50648039, 0.30719589, 0.18632372],
+           [0.27406862, 0.45186276, 0.27406862],
+           [0.18632372, 0.30719589, 0.50648039]])
+
+    A sink of score :math:`\log 2` counts as two more keys with value 0:
+
+    >>> out, w = scaled_dot_product_attention(x[:2], x[:2], values[:2] + 1, scale=0.0, sinks=np.log(2.0),
+    ...                                       return_weights=True)
+    >>> w, out
+    (array([[0.25, 0.25],
+           [0.25, 0.25]]), array([[0.75],
+           [0.75]]))
+
+    A soft cap of 2 turns a score of 9 into :math:`2 \tanh(4.5)`:
+
+    >>> _, w = scaled_dot_product_attention(np.array([[3.0]]), np.array([[3.0], [0.0]]), values[:2], scale=1.0,
+    ...                                     softcap=2.0, return_weights=True)
+    >>> w
+    array([[0.88074525, 0.11925475]])
     """
     p = prepare_attention(
         q,
@@ -329,6 +521,10 @@ def scaled_dot_product_attention(
         causal_alignment=causal_alignment,
         scale=scale,
         enable_gqa=enable_gqa,
+        softcap=softcap,
+        window=window,
+        alibi_slopes=alibi_slopes,
+        sinks=sinks,
     )
     dropout_p = check_real(dropout_p, "dropout_p", minimum=0.0, below=1.0)
     return_weights = check_bool(return_weights, "return_weights")
@@ -341,7 +537,7 @@ def scaled_dot_product_attention(
         out = dense_attention(p)  # non-finite input gives NaN rows, without a warning
         if not return_weights:
             return out
-    weights = softmax(_scores(p), axis=-1)  # (..., L, S)
+    weights = _weights(p)  # (..., L, S)
     if dropout_p > 0:
         keep = rng.random(weights.shape) >= dropout_p
         weights = weights * keep / (1.0 - dropout_p)

@@ -8,8 +8,8 @@ import math
 import numpy as np
 
 from ._kernel import run_blocks, scaled_down_values
-from ._validation import as_real_array, check_bool, check_int, result_dtype
-from .attention import AttentionProblem, prepare_attention
+from ._validation import as_per_head, as_real_array, check_bool, check_int, result_dtype
+from .attention import prepare_attention
 
 __all__ = ["blockwise_attention", "merge_attention"]
 
@@ -27,21 +27,6 @@ def _block_sizes(block_size) -> tuple[int, int]:
         )
     size = check_int(block_size, "block_size", minimum=1)
     return size, size
-
-
-def _key_stop(p: AttentionProblem, row_stop: int) -> int:
-    """Number of leading keys that queries ``0 .. row_stop - 1`` may see under causality.
-
-    Key blocks at or after this position are entirely masked and are skipped.
-    """
-    if p.causal_offset is None:
-        return p.n_keys
-    return min(p.n_keys, max(0, row_stop + p.causal_offset))
-
-
-def _crosses_diagonal(p: AttentionProblem, row_start: int, col_stop: int) -> bool:
-    """Whether the causal mask hides any key ``< col_stop`` from a query ``>= row_start``."""
-    return p.causal_offset is not None and col_stop - 1 > row_start + p.causal_offset
 
 
 def _safe_max(m):
@@ -68,24 +53,33 @@ def _online_update(m, l, acc, s, v_blk):
     m[...] = m_new
 
 
-def _attend_query_block(p, p_off_diagonal, q_rows, kt, vs, rows, block_k, out, lse):
+def _attend_query_block(p, p_inside, q_rows, kt, vs, rows, block_k, out, lse):
     """Run the online softmax over the key blocks for one block of query rows.
 
     ``q_rows`` (..., bq, E) are the queries ``rows``; ``kt`` (..., E, S) and
-    ``vs`` (..., S, Ev) all keys and values. Writes ``out[..., rows, :]`` and
-    ``lse[..., rows]``.
+    ``vs`` (..., S, Ev) all keys and values. Only the keys the window (or
+    causal mask) lets some query of the block see are visited; tiles that
+    cross its edge get the window mask, tiles inside it are computed with
+    ``p_inside``, the same problem without a window. Writes
+    ``out[..., rows, :]`` and ``lse[..., rows]``.
     """
     dtype = q_rows.dtype
     q_rows = q_rows * dtype.type(p.scale)  # scale the (bq, E) queries, not every (bq, bk) tile
     shape = q_rows.shape[:-1]  # (..., bq)
-    m = np.full(shape, -np.inf, dtype=dtype)
-    l = np.zeros(shape, dtype=dtype)
+    if p.sinks is None:
+        m = np.full(shape, -np.inf, dtype=dtype)
+        l = np.zeros(shape, dtype=dtype)
+    else:
+        # The sink as a first key with score s_h and value 0: m = s_h, l = exp(s_h - m) = 1, acc = 0.
+        m = np.broadcast_to(p.sinks[..., None], shape).astype(dtype)
+        l = np.ones(shape, dtype=dtype)
     acc = np.zeros((*shape, vs.shape[-1]), dtype=dtype)
-    for c0 in range(0, _key_stop(p, rows.stop), block_k):
-        cols = slice(c0, min(p.n_keys, c0 + block_k))
+    start, stop = p.key_range(rows)
+    for c0 in range(start, stop, block_k):
+        cols = slice(c0, min(stop, c0 + block_k))
         s = q_rows @ kt[..., cols]  # (..., bq, bk)
-        tile_problem = p if _crosses_diagonal(p, rows.start, cols.stop) else p_off_diagonal
-        extra = tile_problem.additive(rows, cols)
+        p.cap(s)
+        extra = (p_inside if p.inside_window(rows, cols) else p).additive(rows, cols)
         if extra is not None:
             s += extra
         _online_update(m, l, acc, s, vs[..., cols, :])
@@ -105,7 +99,11 @@ def blockwise_attention(
     bias=None,
     is_causal=False,
     causal_alignment="top-left",
+    window=None,
     scale=None,
+    softcap=None,
+    alibi_slopes=None,
+    sinks=None,
     enable_gqa=False,
     return_lse=False,
 ):
@@ -137,9 +135,26 @@ def blockwise_attention(
         Apply a causal mask with `causal_alignment`. Key blocks that the
         causal mask hides entirely are skipped, not computed.
     causal_alignment : {"top-left", "bottom-right"}, optional
-        Diagonal placement when L != S; see `causal_mask`.
+        Diagonal placement when L != S, and the query positions for
+        `window` and `alibi_slopes`; see `scaled_dot_product_attention`.
+    window : (int or None, int or None), optional
+        Local attention ``(left, right)`` as in
+        `scaled_dot_product_attention`. Key blocks outside the window of
+        every query of a block are skipped, on both sides, so the work
+        grows as ``L * (left + right + block)`` rather than ``L * S``.
     scale : float, optional
         Multiplier of the scores; default ``1 / sqrt(E)``.
+    softcap : float, optional
+        Soft cap ``c > 0`` of the scaled scores, ``c * tanh(scores / c)``,
+        applied before `bias`, ALiBi and the masks.
+    alibi_slopes : array_like of float, optional
+        ALiBi slopes, broadcastable to ``(..., H)``; the term
+        ``-m_h * |p_i - j|`` is built tile by tile, so memory stays
+        :math:`O(b_q b_k)`.
+    sinks : array_like of float, optional
+        Attention-sink logits, broadcastable to ``(..., H)``; each row's
+        denominator gains ``exp(s_h)``. Counted once, in `lse` as well (see
+        Notes).
     enable_gqa : bool, optional
         Grouped-query attention; query head ``h`` uses key/value head
         ``h // (Hq // Hkv)``.
@@ -154,8 +169,10 @@ def blockwise_attention(
     lse : ndarray, shape (..., L)
         Only with ``return_lse=True``: :math:`\log \sum_j e^{x_{ij}}` over the
         allowed keys of the scaled and biased scores :math:`x`; ``-inf`` for
-        a row with no allowed key. Together with `out` it is what
-        `merge_attention` needs.
+        a row with no allowed key. With `sinks` it is the log of the whole
+        denominator, :math:`\log(e^{s_h} + \sum_j e^{x_{ij}})`, and
+        :math:`s_h` for a row with no allowed key. Together with `out` it
+        is what `merge_attention` needs.
 
     Raises
     ------
@@ -195,6 +212,19 @@ def blockwise_attention(
     :math:`m_t = -\infty`; the shift is then taken as 0 so that
     :math:`-\infty - (-\infty)` is never formed, and a row that stays empty
     ends with :math:`\ell_T = 0`, output 0 and LSE :math:`-\infty`.
+
+    A sink :math:`s_h` is a key with score :math:`s_h` and value 0 seen
+    first: the row starts from :math:`m_0 = s_h`, :math:`\ell_0 = 1`,
+    :math:`a_0 = 0`. So `lse` counts the sink exactly once, and a row with
+    no allowed key ends with output 0 and LSE :math:`s_h`. Results to be
+    merged with `merge_attention` must not each hold the sink (it would be
+    counted once per part): compute the parts without `sinks` and pass
+    the sinks to `merge_attention`, or give them to exactly one part.
+
+    With a window (or a causal mask) the query block of rows
+    :math:`[r_0, r_1)` visits only the keys from :math:`p_{r_0} - \ell`
+    to :math:`p_{r_1 - 1} + r`; tiles wholly inside the window are computed
+    without building a mask, tiles across its edges with it.
 
     Extra memory is one tile of scores, :math:`O(b_q b_k)`, plus the running
     state :math:`O(b_q E_v)` and the output, per batch element; the dense
@@ -240,6 +270,19 @@ def blockwise_attention(
     True
     >>> float(lse[0, 0]) == float(q[0, 0] @ k[0, 0]) / 2
     True
+
+    The other options give the dense result as well; with a sink the
+    log-sum-exp includes it, so with ``scale=0.0`` a row of two allowed keys
+    and a sink of 0 has :math:`\log 3`:
+
+    >>> options = {"window": (1, 0), "softcap": 5.0, "alibi_slopes": [0.5, 0.25], "sinks": [0.0, 1.0]}
+    >>> out = blockwise_attention(q, k, v, block_size=2, **options)
+    >>> bool(np.allclose(out, scaled_dot_product_attention(q, k, v, **options), rtol=0, atol=1e-12))
+    True
+    >>> _, lse = blockwise_attention(q, k, v, scale=0.0, window=(1, 0), sinks=0.0, return_lse=True)
+    >>> lse[0]
+    array([0.69314718, 1.09861229, 1.09861229, 1.09861229, 1.09861229,
+           1.09861229, 1.09861229])
     """
     block_q, block_k = _block_sizes(block_size)
     return_lse = check_bool(return_lse, "return_lse")
@@ -253,9 +296,13 @@ def blockwise_attention(
         causal_alignment=causal_alignment,
         scale=scale,
         enable_gqa=enable_gqa,
+        softcap=softcap,
+        window=window,
+        alibi_slopes=alibi_slopes,
+        sinks=sinks,
     )
-    # Tiles below the causal diagonal only need the mask and bias (if any).
-    p_off_diagonal = dataclasses.replace(p, causal_offset=None)
+    # Tiles inside the window (below the causal diagonal) only need the mask, bias and ALiBi (if any).
+    p_inside = dataclasses.replace(p, window=None)
     L, S = p.n_queries, p.n_keys
     batch = p.out_shape[:-2]
     dtype = p.q.dtype
@@ -273,17 +320,20 @@ def blockwise_attention(
         """Fill ``out`` and ``lse`` for the query rows ``r0 : r0 + block_q``."""
         rows = slice(r0, min(L, r0 + block_q))
         with np.errstate(invalid="ignore", over="ignore"):  # per thread: errstate is thread-local
-            _attend_query_block(p, p_off_diagonal, qs[..., rows, :], kt, vs, rows, block_k, out, lse)
+            _attend_query_block(p, p_inside, qs[..., rows, :], kt, vs, rows, block_k, out, lse)
             if not np.isfinite(out[..., rows, :]).all():
                 # The running sums reach up to S * max|v|, which overflows for values within a factor S of
                 # the largest float (or the input is not finite): redo the block with the values scaled down.
                 v_small, e = scaled_down_values(vs, S)
-                _attend_query_block(p, p_off_diagonal, qs[..., rows, :], kt, v_small, rows, block_k, out, lse)
+                _attend_query_block(p, p_inside, qs[..., rows, :], kt, v_small, rows, block_k, out, lse)
                 np.ldexp(out[..., rows, :], e, out=out[..., rows, :])
 
     # Query blocks are independent: run them on the package's thread pool
     # (one BLAS thread each) when there is enough work, as the dense kernel does.
-    run_blocks(attend, range(0, L, block_q), math.prod(batch) * L * S)
+    starts = range(0, L, block_q)
+    visited = [p.key_range(slice(r0, min(L, r0 + block_q))) for r0 in starts]  # keys each query block visits
+    n_scores = sum(min(block_q, L - r0) * (stop - start) for r0, (start, stop) in zip(starts, visited, strict=True))
+    run_blocks(attend, starts, math.prod(batch) * n_scores)
     out = out.astype(p.out_dtype, copy=False)
     if return_lse:
         return out, lse.astype(p.out_dtype, copy=False)
@@ -297,7 +347,7 @@ def _as_parts(parts, name: str) -> list[np.ndarray]:
     return [as_real_array(a, f"{name}[{i}]") for i, a in enumerate(parts)]
 
 
-def merge_attention(outs, lses):
+def merge_attention(outs, lses, *, sinks=None):
     r"""Merge attention results computed over disjoint sets of keys.
 
     If the keys (and values) are split into groups and `blockwise_attention`
@@ -312,22 +362,30 @@ def merge_attention(outs, lses):
     lses : list or tuple of array_like, each shape (..., L)
         The matching log-sum-exps, shape ``outs[i].shape[:-1]``; ``-inf``
         for a row with no allowed key in that group.
+    sinks : array_like of float, optional
+        Attention-sink logits to fold in once, broadcastable to the batch
+        and head axes ``outs[0].shape[:-2]`` (a 1-D array holds one per
+        head), as the `sinks` of `blockwise_attention`. The parts must then
+        have been computed without sinks.
 
     Returns
     -------
     out : ndarray, shape (..., L, Ev)
         The merged output; zeros in rows where every `lses` entry is ``-inf``.
     lse : ndarray, shape (..., L)
-        The merged log-sum-exp, :math:`\log \sum_i e^{\mathrm{lse}_i}`.
+        The merged log-sum-exp, :math:`\log \sum_i e^{\mathrm{lse}_i}`
+        (plus :math:`e^{s_h}` inside the log with `sinks`).
 
     Raises
     ------
     TypeError
-        If `outs` or `lses` is not a list or tuple, or holds non-real arrays.
+        If `outs` or `lses` is not a list or tuple, or holds non-real
+        arrays, or `sinks` is not real.
     ValueError
         If the two sequences are empty or of different lengths, the outputs
-        differ in shape, an output has fewer than 2 dimensions, or an `lses`
-        entry is not shaped ``outs[i].shape[:-1]``.
+        differ in shape, an output has fewer than 2 dimensions, an `lses`
+        entry is not shaped ``outs[i].shape[:-1]``, or `sinks` does not
+        broadcast to ``outs[0].shape[:-2]`` or is not finite.
 
     See Also
     --------
@@ -348,6 +406,13 @@ def merge_attention(outs, lses):
     computed with the largest :math:`\lambda_i` subtracted first, as in
     `logsumexp`. This is the online-softmax recurrence of
     `blockwise_attention` applied to whole parts instead of key blocks.
+
+    A sink belongs to the whole row, not to a key subset: it must enter the
+    denominator once. A part computed with `sinks` already holds it, so
+    merging several such parts would count it once per part. Compute the
+    parts without sinks and pass `sinks` here: they join as one more part
+    with :math:`\lambda = s_h` and output 0. The merged `lse` then equals
+    the one `blockwise_attention` returns with `sinks` over all keys.
 
     References
     ----------
@@ -374,6 +439,11 @@ def merge_attention(outs, lses):
 
     >>> merge_attention([np.array([[2.0]]), np.array([[4.0]])], [np.array([0.0]), np.array([0.0])])
     (array([[3.]]), array([0.69314718]))
+
+    A sink of 0 joins them once, as a third part with output 0:
+
+    >>> merge_attention([np.array([[2.0]]), np.array([[4.0]])], [np.array([0.0]), np.array([0.0])], sinks=0.0)
+    (array([[2.]]), array([1.09861229]))
     """
     outs = _as_parts(outs, "outs")
     lses = _as_parts(lses, "lses")
@@ -392,13 +462,17 @@ def merge_attention(outs, lses):
             raise ValueError(f"lses[{i}] must have shape {shape[:-1]} (outs[{i}] without its last axis); got {s.shape}")
     out_dtype, work_dtype = result_dtype(*outs, *lses)
     lse_parts = np.stack(lses).astype(work_dtype, copy=False)  # (n, ..., L)
+    if sinks is not None:
+        # One more part: lse = s_h, output 0 (so it is left out of the weighted sum below).
+        sinks = as_per_head(sinks, "sinks", shape[:-2], work_dtype)
+        lse_parts = np.concatenate([lse_parts, np.broadcast_to(sinks[..., None], shape[:-1])[None]])
     with np.errstate(invalid="ignore", over="ignore"):  # +inf or NaN parts: NaN rows, no warning
         shift = _safe_max(lse_parts.max(axis=0))  # (..., L)
         weights = np.exp(lse_parts - shift)  # (n, ..., L); 0 for -inf parts
         total = weights.sum(axis=0)
         seen = total != 0  # False where every part is empty
         out = np.zeros(shape, dtype=work_dtype)
-        for w, o in zip(weights, outs, strict=True):
+        for w, o in zip(weights[: len(outs)], outs, strict=True):
             out += w[..., None] * o
         np.divide(out, total[..., None], out=out, where=seen[..., None])
         lse = np.full(shape[:-1], -np.inf, dtype=work_dtype)

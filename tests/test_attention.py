@@ -621,3 +621,289 @@ def test_bad_thread_count_is_a_named_error(monkeypatch, rng, value):
     monkeypatch.setenv("ATTENTION_REF_NUM_THREADS", value)
     with pytest.raises(ValueError, match="ATTENTION_REF_NUM_THREADS"):
         scaled_dot_product_attention(q, q, q)
+
+
+# --- softcap, window, ALiBi and sinks ----------------------------------------
+# Checked against tests/plain_options.py: the options written out in plain NumPy (explicit masks and biases, the
+# cap applied to explicit scores, the sink as one more key with a zero value) and fed to the independent formula.
+
+ALIGNMENTS = ["top-left", "bottom-right"]
+
+
+def options_reference(reference_attention, q, k, v, **kwargs):
+    from plain_options import reference_with_options
+
+    return reference_with_options(reference_attention, q, k, v, **kwargs)
+
+
+@pytest.mark.parametrize("softcap", [0.5, 2.0, 30.0])
+def test_softcap_matches_the_reference(rng, reference_attention, softcap):
+    q, k, v = qkv(rng, batch=(2,), L=4, S=6)
+    q = 3.0 * q  # scores of several units, so that the cap bites
+    bias = rng.normal(size=(4, 6))
+    mask = rng.random((4, 6)) < 0.7
+    out, w = scaled_dot_product_attention(q, k, v, softcap=softcap, bias=bias, mask=mask, return_weights=True)
+    ref_out, ref_w, _ = options_reference(reference_attention, q, k, v, softcap=softcap, bias=bias, mask=mask)
+    np.testing.assert_allclose(out, ref_out, rtol=0, atol=1e-13)
+    np.testing.assert_allclose(w, ref_w, rtol=0, atol=1e-14)
+
+
+def test_softcap_is_applied_before_the_bias_by_hand():
+    # scores (scale 1) 9 and 0; capped at 1: tanh(9) and 0; the bias +2 on key 1 is added after the cap.
+    q, k, v = np.array([[3.0]]), np.array([[3.0], [0.0]]), np.array([[1.0], [0.0]])
+    _, w = scaled_dot_product_attention(q, k, v, scale=1.0, softcap=1.0, bias=np.array([0.0, 2.0]), return_weights=True)
+    a = math.tanh(9.0)
+    expected = math.exp(a) / (math.exp(a) + math.exp(2.0))
+    np.testing.assert_allclose(w[0], [expected, 1 - expected], rtol=1e-15)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_softcap_bounds_huge_scores(dtype):
+    # Scores of about +-1e8 become +-c: weights stay within exp(2c) of each other, finite, without a warning.
+    big = 200.0 if dtype == np.float16 else 1e4
+    q = np.full((2, 4), big, dtype)
+    k = np.array([[big] * 4, [-big] * 4, [0.0] * 4], dtype)
+    v = np.eye(3, dtype=dtype)
+    out, w = scaled_dot_product_attention(q, k, v, softcap=2.0, return_weights=True)
+    assert out.dtype == dtype and np.all(np.isfinite(out)) and np.all(np.isfinite(w))
+    expected = np.exp([2.0, -2.0, 0.0]) / np.exp([2.0, -2.0, 0.0]).sum()
+    np.testing.assert_allclose(w[0].astype(np.float64), expected, rtol=2e-3 if dtype == np.float16 else 1e-6)
+    np.testing.assert_allclose(blockwise_attention(q, k, v, softcap=2.0, block_size=1), out, rtol=2e-3)
+
+
+@pytest.mark.parametrize(("L", "S"), [(5, 5), (3, 8), (8, 3)])
+@pytest.mark.parametrize("alignment", ALIGNMENTS)
+@pytest.mark.parametrize("window", [(0, 0), (1, 0), (2, 1), (None, 1), (1, None), (0, None), (None, None), (9, 9)])
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_window_equals_its_explicit_mask(rng, L, S, alignment, window, is_causal):
+    from plain_options import window_allowed
+
+    q, k, v = qkv(rng, batch=(2,), L=L, S=S)
+    kwargs = {"causal_alignment": alignment, "is_causal": is_causal}
+    out, w = scaled_dot_product_attention(q, k, v, window=window, return_weights=True, **kwargs)
+    allowed = window_allowed(L, S, window, alignment, is_causal)
+    expected_out, expected_w = scaled_dot_product_attention(q, k, v, mask=allowed, return_weights=True)
+    np.testing.assert_allclose(out, expected_out, rtol=0, atol=1e-15)
+    np.testing.assert_array_equal(w, expected_w)
+    np.testing.assert_array_equal(w[:, ~allowed], 0.0)
+    # The same mask through sliding_window_mask (without causality it is the pair form).
+    if not is_causal:
+        from attention_ref import sliding_window_mask
+
+        np.testing.assert_array_equal(sliding_window_mask(L, S, window=window, alignment=alignment), allowed)
+
+
+def test_is_causal_caps_the_right_side_of_the_window(rng):
+    q, k, v = qkv(rng, L=6, S=6)
+    expected = scaled_dot_product_attention(q, k, v, window=(2, 0))
+    for window in [(2, 0), (2, 3), (2, None)]:
+        np.testing.assert_array_equal(scaled_dot_product_attention(q, k, v, window=window, is_causal=True), expected)
+    np.testing.assert_array_equal(
+        scaled_dot_product_attention(q, k, v, window=(None, 4), is_causal=True),
+        scaled_dot_product_attention(q, k, v, is_causal=True),
+    )
+
+
+def test_window_alignment_follows_causal_alignment_without_is_causal(rng):
+    # L = 2, S = 5: bottom-right puts query 0 at key position 3, so window (0, 0) picks keys 3 and 4.
+    q, k, v = qkv(rng, L=2, S=5)
+    out = scaled_dot_product_attention(q, k, v, window=(0, 0), causal_alignment="bottom-right")
+    np.testing.assert_allclose(out, v[3:], rtol=1e-15)
+    np.testing.assert_allclose(scaled_dot_product_attention(q, k, v, window=(0, 0)), v[:2], rtol=1e-15)
+
+
+@pytest.mark.parametrize("attend", [scaled_dot_product_attention, blockwise_attention])
+@pytest.mark.parametrize("sinks", [None, 0.5])
+def test_rows_the_window_empties_give_zeros_without_warning(rng, attend, sinks):
+    # Top-left, L > S: queries 3.. sit beyond the last key, and window (0, 0) leaves them nothing.
+    q, k, v = qkv(rng, batch=(2,), L=6, S=3)
+    kwargs = {"block_size": 2} if attend is blockwise_attention else {"return_weights": True}
+    result = attend(q, k, v, window=(0, 0), sinks=sinks, **kwargs)
+    out = result[0] if isinstance(result, tuple) else result
+    np.testing.assert_array_equal(out[:, 3:], 0.0)
+    # Query i < 3 sees key i alone: out = v_i e^x / (e^s + e^x), x its scaled score, s the sink.
+    own_score = np.einsum("ble,ble->bl", q[:, :3], k) / math.sqrt(5)
+    expected = v if sinks is None else v / (1 + np.exp(sinks - own_score))[..., None]
+    np.testing.assert_allclose(out[:, :3], expected, rtol=1e-14)
+    if attend is scaled_dot_product_attention:
+        np.testing.assert_array_equal(result[1][:, 3:], 0.0)
+
+
+@pytest.mark.parametrize("alignment", ALIGNMENTS)
+@pytest.mark.parametrize("is_causal", [False, True])
+@pytest.mark.parametrize(("L", "S"), [(4, 4), (3, 7), (7, 3)])
+def test_alibi_slopes_equal_alibi_bias(rng, alignment, is_causal, L, S):
+    from attention_ref import alibi_bias, alibi_slopes
+
+    q, k, v = qkv(rng, batch=(2, 4), L=L, S=S)
+    kwargs = {"causal_alignment": alignment, "is_causal": is_causal}
+    out, w = scaled_dot_product_attention(q, k, v, alibi_slopes=alibi_slopes(4), return_weights=True, **kwargs)
+    expected_out, expected_w = scaled_dot_product_attention(
+        q, k, v, bias=alibi_bias(4, L, S, alignment=alignment), return_weights=True, **kwargs
+    )
+    np.testing.assert_allclose(out, expected_out, rtol=0, atol=1e-14)
+    np.testing.assert_allclose(w, expected_w, rtol=0, atol=1e-15)
+
+
+@pytest.mark.parametrize("slopes_shape", [(), (3,), (2, 3), (2, 1)])
+@pytest.mark.parametrize("attend", [scaled_dot_product_attention, blockwise_attention])
+def test_alibi_slopes_broadcast_over_batch_and_heads(rng, reference_attention, slopes_shape, attend):
+    q, k, v = qkv(rng, batch=(2, 3), L=5, S=6)
+    slopes = rng.uniform(-0.5, 1.0, slopes_shape)  # negative slopes are legal: they favour far keys
+    kwargs = {"block_size": (2, 3)} if attend is blockwise_attention else {}
+    out = attend(q, k, v, alibi_slopes=slopes, causal_alignment="bottom-right", **kwargs)
+    expected, _, _ = options_reference(
+        reference_attention, q, k, v, alibi_slopes=slopes, causal_alignment="bottom-right"
+    )
+    np.testing.assert_allclose(out, expected, rtol=0, atol=1e-13)
+
+
+def test_alibi_slopes_pick_the_query_heads_under_gqa(rng, reference_attention):
+    q = rng.normal(size=(2, 4, 3, 5))
+    k, v = rng.normal(size=(2, 2, 6, 5)), rng.normal(size=(2, 2, 6, 2))
+    slopes = np.array([0.1, 0.2, 0.4, 0.8])
+    out = scaled_dot_product_attention(q, k, v, alibi_slopes=slopes, enable_gqa=True, is_causal=True)
+    expected, _, _ = options_reference(
+        reference_attention, q, k, v, alibi_slopes=slopes, enable_gqa=True, is_causal=True
+    )
+    np.testing.assert_allclose(out, expected, rtol=0, atol=1e-14)
+
+
+@pytest.mark.parametrize("attend", [scaled_dot_product_attention, blockwise_attention])
+def test_alibi_does_not_build_the_full_bias(rng, attend):
+    # 4 heads of 2048 x 2048: the explicit bias would take 128 MiB; the ALiBi term is built per block instead.
+    import tracemalloc
+
+    q, k, v = (rng.standard_normal((4, 2048, 8)) for _ in range(3))
+    slopes = np.array([0.5, 0.25, 0.125, 0.0625])
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        out = attend(q, k, v, alibi_slopes=slopes, is_causal=True)
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    assert np.all(np.isfinite(out))
+    assert peak < 40 * 2**20, f"peak {peak / 2**20:.0f} MiB"
+    np.testing.assert_allclose(out[:, :3], scaled_dot_product_attention(
+        q[:, :3], k[:, :3], v[:, :3], alibi_slopes=slopes, is_causal=True), rtol=0, atol=1e-13)
+
+
+@pytest.mark.parametrize("sinks_shape", [(), (3,), (2, 3), (2, 1)])
+def test_sinks_are_one_more_key_with_a_zero_value(rng, reference_attention, sinks_shape):
+    q, k, v = qkv(rng, batch=(2, 3), L=4, S=5)
+    sinks = rng.normal(size=sinks_shape)
+    out, w = scaled_dot_product_attention(q, k, v, sinks=sinks, return_weights=True)
+    expected_out, expected_w, _ = options_reference(reference_attention, q, k, v, sinks=sinks)
+    np.testing.assert_allclose(out, expected_out, rtol=0, atol=1e-14)
+    np.testing.assert_allclose(w, expected_w, rtol=0, atol=1e-15)
+    # The sink takes the share exp(s) / (exp(s) + sum_j exp(x_j)): the weights sum to less than one.
+    scores = np.einsum("...le,...se->...ls", q, k) / math.sqrt(5)
+    share = np.exp(sinks)[..., None] / (np.exp(sinks)[..., None] + np.exp(scores).sum(-1))
+    np.testing.assert_allclose(w.sum(-1), 1 - share, rtol=1e-14)
+
+
+@pytest.mark.parametrize("attend", [scaled_dot_product_attention, blockwise_attention])
+def test_sinks_with_fully_masked_rows_give_zeros_without_warning(rng, attend):
+    q, k, v = qkv(rng, batch=(2,), L=3, S=4)
+    mask = np.ones((2, 3, 4), dtype=bool)
+    mask[0, 1] = False
+    mask[1] = False
+    kwargs = {"block_size": 2, "return_lse": True} if attend is blockwise_attention else {"return_weights": True}
+    out, second = attend(q, k, v, mask=mask, sinks=np.array([0.5, -2.0])[:, None][:, 0], **kwargs)
+    np.testing.assert_array_equal(out[0, 1], 0.0)
+    np.testing.assert_array_equal(out[1], 0.0)
+    if attend is blockwise_attention:  # the log-sum-exp of such a row is the sink's alone
+        np.testing.assert_array_equal(second[0, 1], 0.5)
+        np.testing.assert_array_equal(second[1], -2.0)
+    else:
+        np.testing.assert_array_equal(second[0, 1], 0.0)
+        np.testing.assert_array_equal(second[1], 0.0)
+    assert np.all(np.isfinite(out))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("sink", [-1e3, -30.0, 30.0, 1e3])
+@pytest.mark.parametrize("attend", [scaled_dot_product_attention, blockwise_attention])
+def test_extreme_sinks(rng, reference_attention, dtype, sink, attend):
+    # A sink of -1e3 is no sink at all; +1e3 takes (nearly) all the weight: outputs near 0, finite, quiet.
+    q, k, v = (a.astype(dtype) for a in qkv(rng, batch=(2,), L=3, S=5))
+    out = attend(q, k, v, sinks=np.array(sink, dtype=dtype))
+    expected, _, _ = options_reference(reference_attention, q, k, v, sinks=sink)
+    assert out.dtype == dtype and np.all(np.isfinite(out))
+    np.testing.assert_allclose(out, expected, rtol=0, atol=10 * np.finfo(dtype).eps)
+
+
+def test_sinks_with_large_scores_take_the_shifted_path(reference_attention):
+    # Small scores would let the dense kernel skip the max shift; a sink of 500 must not overflow exp.
+    q = np.array([[0.1, 0.2], [0.3, -0.1]])
+    k = np.array([[0.2, 0.1], [-0.3, 0.4], [0.0, 0.1]])
+    v = np.array([[1.0], [2.0], [3.0]])
+    for sink in (500.0, 700.0, 1e4):
+        out = scaled_dot_product_attention(q, k, v, sinks=sink)
+        expected, _, _ = options_reference(reference_attention, q, k, v, sinks=sink)
+        np.testing.assert_allclose(out, expected, rtol=1e-14, atol=0)  # about exp(-500) or 0, not NaN or a warning
+
+
+@pytest.mark.parametrize("alignment", ALIGNMENTS)
+@pytest.mark.parametrize("gqa", [False, True])
+@pytest.mark.parametrize("attend", [scaled_dot_product_attention, blockwise_attention])
+def test_every_option_at_once_matches_the_reference(rng, reference_attention, alignment, gqa, attend):
+    B, H, L, S = 2, 4, 7, 9
+    q = 2 * rng.normal(size=(B, H, L, 6))
+    k = 2 * rng.normal(size=(B, 2 if gqa else H, S, 6))
+    v = rng.normal(size=(B, 2 if gqa else H, S, 3))
+    options = {
+        "mask": rng.random((B, 1, L, S)) < 0.8,
+        "bias": rng.normal(size=(H, L, S)),
+        "is_causal": True,
+        "causal_alignment": alignment,
+        "window": (3, 1),
+        "scale": 0.4,
+        "softcap": 1.5,
+        "alibi_slopes": np.array([0.5, 0.25, 0.125, 0.0625]),
+        "sinks": rng.normal(size=(B, H)),
+        "enable_gqa": gqa,
+    }
+    expected, expected_w, expected_lse = options_reference(reference_attention, q, k, v, **options)
+    if attend is blockwise_attention:
+        out, lse = attend(q, k, v, block_size=(3, 2), return_lse=True, **options)
+        np.testing.assert_allclose(lse, expected_lse, rtol=0, atol=1e-13)
+    else:
+        out, w = attend(q, k, v, return_weights=True, **options)
+        np.testing.assert_allclose(w, expected_w, rtol=0, atol=1e-14)
+    np.testing.assert_allclose(out, expected, rtol=0, atol=1e-13)
+
+
+def test_dropout_with_every_option_drops_the_option_weights(rng, reference_attention):
+    q, k, v = qkv(rng, batch=(200, 2), L=4, S=6)
+    options = {"window": (2, 1), "softcap": 1.0, "alibi_slopes": [0.3, 0.6], "sinks": [0.2, -0.4]}
+    p = 0.25
+    out, w = scaled_dot_product_attention(q, k, v, dropout_p=p, rng=np.random.default_rng(5), return_weights=True,
+                                          **options)
+    _, clean, _ = options_reference(reference_attention, q, k, v, **options)
+    kept = w != 0
+    np.testing.assert_allclose(w[kept], np.broadcast_to(clean / (1 - p), w.shape)[kept], rtol=1e-14)
+    np.testing.assert_allclose(out, w @ v, rtol=1e-12, atol=1e-14)
+    assert 0.2 < 1 - kept[clean != 0].mean() < 0.3
+
+
+@pytest.mark.parametrize(("dtype", "atol"), [(np.float16, 3e-3), (np.float32, 1e-6)])
+@pytest.mark.parametrize("attend", [scaled_dot_product_attention, blockwise_attention])
+def test_options_keep_the_dtype(rng, reference_attention, dtype, atol, attend):
+    q, k, v = (a.astype(dtype) for a in qkv(rng, batch=(2,), L=5, S=6))
+    options = {"window": (2, 2), "softcap": 2.0, "alibi_slopes": [0.5, 0.25], "sinks": np.array([0.3, -1.0])}
+    out = attend(q, k, v, **options)
+    expected, _, _ = options_reference(reference_attention, q, k, v, **options)
+    assert out.dtype == dtype
+    np.testing.assert_allclose(out, expected, rtol=0, atol=atol)
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_thread_count_does_not_change_the_result_with_options(monkeypatch, rng, reference_attention, threads):
+    q, k, v = (rng.standard_normal((2, 700, 16)) for _ in range(3))
+    options = {"window": (90, 30), "softcap": 3.0, "alibi_slopes": [0.05, 0.1], "sinks": [1.0, -1.0]}
+    monkeypatch.setenv("ATTENTION_REF_NUM_THREADS", threads)
+    expected, _, _ = options_reference(reference_attention, q, k, v, **options)
+    np.testing.assert_allclose(scaled_dot_product_attention(q, k, v, **options), expected, rtol=0, atol=1e-13)
+    np.testing.assert_allclose(blockwise_attention(q, k, v, block_size=128, **options), expected, rtol=0, atol=1e-13)

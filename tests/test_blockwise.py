@@ -387,3 +387,172 @@ def test_merge_keeps_float32():
 def test_merge_bad_input(outs, lses, error, match):
     with pytest.raises(error, match=match):
         ar.merge_attention(outs, lses)
+
+
+# ---------------------------------------------------------------- softcap, window, ALiBi, sinks
+
+OPTIONS = [
+    {"softcap": 1.5},
+    {"window": (2, 1)},
+    {"window": (None, 2), "causal_alignment": "bottom-right"},
+    {"window": (3, None), "is_causal": True},
+    {"window": (0, 0), "is_causal": True, "causal_alignment": "bottom-right"},
+    {"alibi_slopes": [0.5, 0.125]},
+    {"alibi_slopes": [[0.5], [-0.25]], "is_causal": True, "causal_alignment": "bottom-right"},
+    {"sinks": [0.5, -1.0]},
+    {"sinks": 3.0, "mask": np.arange(11) % 3 != 0},
+    {"softcap": 2.0, "window": (4, 0), "alibi_slopes": [0.3, 0.1], "sinks": [[1.0], [-2.0]], "bias": -np.eye(7, 11)},
+]
+
+
+@pytest.mark.parametrize("options", OPTIONS, ids=lambda o: "-".join(o))
+@pytest.mark.parametrize("block", [1, 2, 3, 64, (2, 5), (4, 1)])
+@pytest.mark.parametrize(("L", "S"), [(7, 11), (11, 7)])
+def test_every_option_equals_dense_for_every_block_size(rng, options, block, L, S):
+    options = dict(options)
+    if "bias" in options:
+        options["bias"] = options["bias"][:L, :S] if L <= S else -np.eye(L, S)
+    if "mask" in options:
+        options["mask"] = np.arange(S) % 3 != 0
+    q, k, v = qkv(rng, (2, 2), (2, 2), L, S)
+    out, lse = ar.blockwise_attention(q, k, v, block_size=block, return_lse=True, **options)
+    dense = ar.scaled_dot_product_attention(q, k, v, **options)
+    np.testing.assert_allclose(out, dense, rtol=0, atol=ATOL)
+    assert lse.shape == (2, 2, L)
+
+
+def test_lse_counts_the_sink_once_by_hand():
+    # scale 0: every allowed score is 0; a row with n allowed keys and sink s has lse log(n + e^s).
+    q = k = np.zeros((4, 1))
+    v = np.ones((4, 1))
+    out, lse = ar.blockwise_attention(q, k, v, scale=0.0, is_causal=True, sinks=math.log(2.0), block_size=2,
+                                      return_lse=True)
+    np.testing.assert_allclose(lse, np.log([3.0, 4.0, 5.0, 6.0]), rtol=1e-15)
+    np.testing.assert_allclose(out[:, 0], [1 / 3, 2 / 4, 3 / 5, 4 / 6], rtol=1e-15)
+
+
+def test_lse_with_sinks_matches_the_reference(rng, reference_attention):
+    from plain_options import reference_with_options
+
+    q, k, v = qkv(rng, (2, 3), (2, 3), 6, 9)
+    options = {"sinks": rng.normal(size=(2, 3)), "window": (2, 2), "mask": rng.random((6, 9)) < 0.6}
+    _, lse = ar.blockwise_attention(q, k, v, block_size=(2, 3), return_lse=True, **options)
+    _, _, expected = reference_with_options(reference_attention, q, k, v, **options)
+    np.testing.assert_allclose(lse, expected, rtol=0, atol=ATOL)
+
+
+def _split_parts(q, k, v, groups, **options):
+    return [
+        ar.blockwise_attention(q, k[..., g, :], v[..., g, :], block_size=2, return_lse=True, **options)
+        for g in groups
+    ]
+
+
+GROUPS = [[0, 5], [1, 2, 7], [3, 4, 6]]
+
+
+@pytest.mark.parametrize("sinks_shape", [(), (3,), (2, 3)])
+def test_merge_folds_the_sinks_in_once(rng, sinks_shape):
+    # Parts computed without sinks, the sinks given to the merge: the result of one call over all keys.
+    q, k, v = qkv(rng, (2, 3), (2, 3), 5, 8)
+    sinks = rng.normal(size=sinks_shape)
+    parts = _split_parts(q, k, v, GROUPS)
+    out, lse = ar.merge_attention([o for o, _ in parts], [s for _, s in parts], sinks=sinks)
+    full, full_lse = ar.blockwise_attention(q, k, v, sinks=sinks, return_lse=True)
+    np.testing.assert_allclose(out, full, rtol=0, atol=ATOL)
+    np.testing.assert_allclose(lse, full_lse, rtol=0, atol=ATOL)
+
+
+def test_merge_with_the_sinks_in_exactly_one_part(rng):
+    q, k, v = qkv(rng, (2, 3), (2, 3), 5, 8)
+    sinks = rng.normal(size=3)
+    first = _split_parts(q, k, v, GROUPS[:1], sinks=sinks)
+    rest = _split_parts(q, k, v, GROUPS[1:])
+    out, lse = ar.merge_attention([o for o, _ in first + rest], [s for _, s in first + rest])
+    full, full_lse = ar.blockwise_attention(q, k, v, sinks=sinks, return_lse=True)
+    np.testing.assert_allclose(out, full, rtol=0, atol=ATOL)
+    np.testing.assert_allclose(lse, full_lse, rtol=0, atol=ATOL)
+
+
+def test_sinks_in_every_part_are_counted_once_per_part(rng):
+    # The documented pitfall: each part's lse holds exp(s), so merging three such parts counts it three times.
+    q, k, v = qkv(rng, (2, 3), (2, 3), 5, 8)
+    sinks = np.array([0.0, 1.0, 2.0])
+    parts = _split_parts(q, k, v, GROUPS, sinks=sinks)
+    _, lse = ar.merge_attention([o for o, _ in parts], [s for _, s in parts])
+    _, plain_lse = ar.blockwise_attention(q, k, v, return_lse=True)
+    three_sinks = np.logaddexp(plain_lse, sinks[:, None] + math.log(3.0))
+    np.testing.assert_allclose(lse, three_sinks, rtol=0, atol=ATOL)
+
+
+def test_merge_of_empty_parts_with_sinks_gives_zeros_and_the_sink():
+    out, lse = ar.merge_attention([np.ones((2, 1)), np.ones((2, 1))], [np.full(2, -np.inf)] * 2, sinks=0.25)
+    np.testing.assert_array_equal(out, 0.0)
+    np.testing.assert_array_equal(lse, [0.25, 0.25])
+
+
+def test_merge_with_sinks_keeps_float32():
+    out, lse = ar.merge_attention([np.ones((2, 1), np.float32)], [np.zeros(2, np.float32)], sinks=np.float64(0.0))
+    assert out.dtype == lse.dtype == np.float32
+    np.testing.assert_allclose(out, 0.5)
+
+
+# ---------------------------------------------------------------- work skipped under windows
+
+
+class _Counts:
+    """Counts the tiles blockwise attention visits and the window masks it builds."""
+
+    def __init__(self, monkeypatch):
+        import attention_ref.attention
+        import attention_ref.blockwise
+
+        self.tiles = self.masks = 0
+        update, band = attention_ref.blockwise._online_update, attention_ref.attention.in_window
+
+        def counting_update(*args):
+            self.tiles += 1
+            return update(*args)
+
+        def counting_band(*args):
+            self.masks += 1
+            return band(*args)
+
+        monkeypatch.setattr(attention_ref.blockwise, "_online_update", counting_update)
+        monkeypatch.setattr(attention_ref.attention, "in_window", counting_band)
+
+
+@pytest.mark.parametrize(
+    ("options", "tiles", "masks"),
+    [
+        ({}, 256, 0),
+        ({"is_causal": True}, 136, 16),  # the diagonal tiles need the mask, the ones below it do not
+        ({"window": (None, 0)}, 136, 16),
+        ({"window": (0, None)}, 136, 16),
+        ({"window": (64, 0)}, 31, 31),  # each query block: its diagonal tile and the one before, both masked
+        ({"window": (64, 64)}, 46, 30),  # the block's own keys lie inside the window, its neighbours cross
+        # keys r0 - 256 .. r0 + 63: 5 tiles, of which the first and the last cross the window's edges
+        ({"window": (256, 0)}, 70, 28),
+        ({"window": (256, 5), "is_causal": True}, 70, 28),
+    ],
+)
+def test_blocks_outside_the_window_are_skipped(rng, monkeypatch, options, tiles, masks):
+    monkeypatch.setenv("ATTENTION_REF_NUM_THREADS", "1")
+    q, k, v = (rng.standard_normal((1024, 4)) for _ in range(3))
+    counts = _Counts(monkeypatch)
+    out = ar.blockwise_attention(q, k, v, block_size=64, **options)
+    assert (counts.tiles, counts.masks) == (tiles, masks)
+    np.testing.assert_allclose(out, ar.scaled_dot_product_attention(q, k, v, **options), rtol=0, atol=ATOL)
+
+
+def test_window_work_grows_with_the_window_not_with_the_keys(rng, monkeypatch):
+    # The same window over 4x as many keys and queries: 4x the tiles (not 16x).
+    monkeypatch.setenv("ATTENTION_REF_NUM_THREADS", "1")
+    counts = _Counts(monkeypatch)
+    seen = []
+    for n in (512, 2048):
+        q, k, v = (rng.standard_normal((n, 2)) for _ in range(3))
+        counts.tiles = 0
+        ar.blockwise_attention(q, k, v, block_size=64, window=(128, 0))
+        seen.append(counts.tiles)
+    assert seen == [8 * 3 - 3, 32 * 3 - 3]

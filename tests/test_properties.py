@@ -193,3 +193,79 @@ def test_mask_to_bias_as_bias_equals_mask(inputs):
         rtol=1e-14,
         atol=1e-15,
     )
+
+
+# --- softcap, window, ALiBi and sinks ------------------------------------------
+# The options spelt out in plain NumPy live in tests/plain_options.py (no attention_ref inside).
+
+alignments = st.sampled_from(["top-left", "bottom-right"])
+window_sides = st.one_of(st.none(), st.integers(0, 6))
+
+
+@st.composite
+def options(draw, heads):
+    """A random subset of the new options for `heads` heads, with causality and an alignment."""
+    chosen = {"is_causal": draw(st.booleans(), label="is_causal"), "causal_alignment": draw(alignments)}
+    if draw(st.booleans(), label="with window"):
+        chosen["window"] = (draw(window_sides, label="left"), draw(window_sides, label="right"))
+    if draw(st.booleans(), label="with softcap"):
+        chosen["softcap"] = draw(st.floats(0.1, 50.0), label="softcap")
+    if draw(st.booleans(), label="with ALiBi"):
+        chosen["alibi_slopes"] = draw(arrays((heads,), st.floats(-1.0, 2.0)), label="slopes")
+    if draw(st.booleans(), label="with sinks"):
+        chosen["sinks"] = draw(arrays((heads,), st.floats(-30.0, 30.0)), label="sinks")
+    return chosen
+
+
+@given(attention_inputs(heads=True), st.tuples(window_sides, window_sides), alignments, st.booleans())
+def test_window_equals_its_explicit_mask(inputs, window, alignment, is_causal):
+    from plain_options import window_allowed
+
+    q, k, v, mask = inputs
+    allowed = window_allowed(q.shape[-2], k.shape[-2], window, alignment, is_causal)
+    kwargs = {"is_causal": is_causal, "causal_alignment": alignment}
+    out, w = scaled_dot_product_attention(q, k, v, mask=mask, window=window, return_weights=True, **kwargs)
+    explicit_out, explicit_w = scaled_dot_product_attention(q, k, v, mask=mask & allowed, return_weights=True)
+    np.testing.assert_allclose(out, explicit_out, rtol=0, atol=1e-14)
+    np.testing.assert_allclose(w, explicit_w, rtol=0, atol=1e-15)
+    np.testing.assert_array_equal(w[..., ~allowed], 0.0)
+
+
+@given(attention_inputs(heads=True), st.data())
+def test_sinks_equal_one_more_key_with_a_zero_value(inputs, data):
+    """The sink of head h is key S with score s_h (a zero key plus a bias of s_h), value 0, never masked."""
+    from plain_options import alibi_plain, window_allowed
+
+    q, k, v, mask = inputs
+    H, L, S = q.shape[0], q.shape[-2], k.shape[-2]
+    chosen = data.draw(options(H), label="options")
+    sinks = chosen.setdefault("sinks", data.draw(arrays((H,), st.floats(-30.0, 30.0)), label="sinks"))
+    out, w = scaled_dot_product_attention(q, k, v, mask=mask, return_weights=True, **chosen)
+    # The window and ALiBi, written out for the S real keys only, so that they leave key S alone.
+    alignment = chosen["causal_alignment"]
+    allowed = mask & window_allowed(L, S, chosen.get("window"), alignment, chosen["is_causal"])
+    bias = np.zeros((H, L, S)) if "alibi_slopes" not in chosen else alibi_plain(chosen["alibi_slopes"], L, S, alignment)
+    extended = scaled_dot_product_attention(
+        q,
+        np.concatenate([k, np.zeros((H, 1, k.shape[-1]))], axis=-2),
+        np.concatenate([v, np.zeros((H, 1, v.shape[-1]))], axis=-2),
+        mask=np.concatenate([np.broadcast_to(allowed, (H, L, S)), np.ones((H, L, 1), dtype=bool)], axis=-1),
+        bias=np.concatenate([bias, np.broadcast_to(sinks[:, None, None], (H, L, 1))], axis=-1),
+        softcap=chosen.get("softcap"),
+        return_weights=True,
+    )
+    np.testing.assert_allclose(out, extended[0], rtol=0, atol=1e-13)
+    np.testing.assert_allclose(w, extended[1][..., :S], rtol=0, atol=1e-14)
+    assert np.all(w.sum(-1) <= 1)  # below one, but a sink of exp(-40) of the row rounds away
+
+
+@given(attention_inputs(heads=True), st.data())
+def test_options_equal_the_independent_formula(reference_attention, inputs, data):
+    from plain_options import reference_with_options
+
+    q, k, v, mask = inputs
+    chosen = data.draw(options(q.shape[0]), label="options")
+    out, w = scaled_dot_product_attention(q, k, v, mask=mask, return_weights=True, **chosen)
+    ref_out, ref_w, _ = reference_with_options(reference_attention, q, k, v, mask=mask, **chosen)
+    np.testing.assert_allclose(w, ref_w, rtol=0, atol=1e-13)
+    np.testing.assert_allclose(out, ref_out, rtol=0, atol=1e-13)

@@ -154,3 +154,82 @@ def test_kv_cache_decoding_equals_full_causal_attention(seed, steps, heads, E):
         start = stop
     assert len(cache) == n
     np.testing.assert_array_equal(cache.keys, k)
+
+
+# ---------------------------------------------------------------- softcap, window, ALiBi, sinks
+
+window_sides = st.one_of(st.none(), st.integers(0, 6))
+
+
+@st.composite
+def option_problems(draw, padding=True):
+    """`problems` plus a random subset of window, softcap, ALiBi slopes and sinks (per head or per batch)."""
+    q, k, v, kwargs = draw(problems(padding=padding))
+    heads = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], np.shape(kwargs.get("mask", 0))[:-2],
+                                np.shape(kwargs.get("bias", 0))[:-2])
+    per_head = st.sampled_from([(), heads[-1:], heads])  # what the slopes and sinks may be shaped
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1), label="option seed"))
+    if draw(st.booleans(), label="with window"):
+        kwargs["window"] = (draw(window_sides, label="left"), draw(window_sides, label="right"))
+    if draw(st.booleans(), label="with softcap"):
+        kwargs["softcap"] = draw(st.floats(0.1, 50.0), label="softcap")
+    if draw(st.booleans(), label="with ALiBi"):
+        kwargs["alibi_slopes"] = rng.uniform(-1.0, 2.0, draw(per_head, label="slopes shape"))
+    if draw(st.booleans(), label="with sinks"):
+        kwargs["sinks"] = rng.uniform(-30.0, 30.0, draw(per_head, label="sinks shape"))
+    return q, k, v, kwargs
+
+
+def tolerance_with_options(kwargs):
+    """`tolerance`, grown with ALiBi terms (up to 2 x 10 keys) and sinks (up to 30) as with a bias."""
+    sinks, slopes = np.abs(kwargs.get("sinks", 0.0)), np.abs(kwargs.get("alibi_slopes", 0.0))
+    big = sinks.max(initial=0.0) + 20 * slopes.max(initial=0.0)
+    return tolerance(kwargs) + 16 * np.finfo(np.float64).eps * big
+
+
+@SETTINGS
+@given(option_problems(), block_sizes)
+def test_blockwise_equals_dense_with_every_option(reference_attention, problem, block):
+    from plain_options import reference_with_options
+
+    q, k, v, kwargs = problem
+    out, lse = ar.blockwise_attention(q, k, v, block_size=block, return_lse=True, **kwargs)
+    dense = ar.scaled_dot_product_attention(q, k, v, **kwargs)
+    tol = tolerance_with_options(kwargs)
+    np.testing.assert_allclose(out, dense, rtol=0, atol=tol)
+    _, _, expected_lse = reference_with_options(reference_attention, q, k, v, **kwargs)
+    np.testing.assert_allclose(lse, np.broadcast_to(expected_lse, lse.shape), rtol=0, atol=tol)
+
+
+@SETTINGS
+@given(option_problems(padding=False), st.data())
+def test_merging_a_key_split_with_the_sinks_folded_in_once(problem, data):
+    """Parts over disjoint keys computed without sinks, merged with them: one call over every key."""
+    from plain_options import alibi_plain, window_allowed
+
+    q, k, v, kwargs = problem
+    L, S = q.shape[-2], k.shape[-2]
+    tol = tolerance_with_options(kwargs)
+    full, full_lse = ar.blockwise_attention(q, k, v, return_lse=True, **kwargs)
+    # Everything positional becomes an explicit mask and bias that can be split by key columns.
+    alignment = kwargs.pop("causal_alignment")
+    allowed = window_allowed(L, S, kwargs.pop("window", None), alignment, kwargs.pop("is_causal"))
+    allowed = allowed & kwargs.pop("mask", True)
+    bias = kwargs.pop("bias", 0.0) + alibi_plain(kwargs.pop("alibi_slopes", 0.0), L, S, alignment)
+    shape = np.broadcast_shapes(allowed.shape, bias.shape)
+    allowed, bias = np.broadcast_to(allowed, shape), np.broadcast_to(bias, shape)
+    sinks = kwargs.pop("sinks", None)
+    n = data.draw(st.integers(1, 4))
+    labels = np.array(data.draw(st.lists(st.integers(0, n - 1), min_size=S, max_size=S)))
+    outs, lses = [], []
+    for g in range(n):
+        cols = np.flatnonzero(labels == g)
+        o, s = ar.blockwise_attention(
+            q, k[..., cols, :], v[..., cols, :], mask=allowed[..., cols], bias=bias[..., cols], block_size=3,
+            return_lse=True, **kwargs,
+        )
+        outs.append(o)
+        lses.append(s)
+    out, lse = ar.merge_attention(outs, lses, sinks=sinks)
+    np.testing.assert_allclose(out, full, rtol=0, atol=tol)
+    np.testing.assert_allclose(lse, full_lse, rtol=0, atol=tol)
