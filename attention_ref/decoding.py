@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validation import as_real_array, check_int, check_ndim
+from ._validation import as_real_array, check_int, check_ndim, check_window
 from .attention import scaled_dot_product_attention
-from .masks import sliding_window_mask
 
 __all__ = ["KVCache", "decode_step"]
 
@@ -74,6 +73,16 @@ class KVCache:
     buffer, which happens at most once per :math:`w` appended positions,
     so appends still copy :math:`O(1)` elements per position on average.
     `len` counts the retained positions, at most :math:`w`.
+
+    A model with local attention, ``window=(left, right)`` in `decode_step`
+    (the right side is moot: decoding is causal), never looks further back
+    than `left` positions, so only the last ``left + 1`` positions, the
+    query's own included, are ever needed: ``KVCache(max_len=left + 1)``
+    gives the same outputs as a cache that keeps everything, in
+    :math:`O(\mathrm{left})` memory. Conversely `max_len` = :math:`w`
+    alone acts as the window ``(w - 1, 0)``; with both, the narrower one
+    applies. A smaller `max_len` than ``left + 1`` therefore changes the
+    result, a larger one only costs memory.
 
     References
     ----------
@@ -258,7 +267,20 @@ def _check_fits(new, name, buffer, what):
         )
 
 
-def decode_step(q, k, v, cache, *, scale=None, enable_gqa=False, return_weights=False):
+def decode_step(
+    q,
+    k,
+    v,
+    cache,
+    *,
+    scale=None,
+    window=None,
+    softcap=None,
+    alibi_slopes=None,
+    sinks=None,
+    enable_gqa=False,
+    return_weights=False,
+):
     r"""One decoding step: cache the new keys and values, then attend the new queries to every cached position.
 
     Call it once with the whole prompt (prefill), then once per generated
@@ -282,6 +304,20 @@ def decode_step(q, k, v, cache, *, scale=None, enable_gqa=False, return_weights=
         its `max_len` most recent positions, itself included.
     scale : float, optional
         Multiplier of the scores; default ``1 / sqrt(E)``.
+    window : (int or None, int or None), optional
+        Local attention ``(left, right)``: each query sees its `left` most
+        recent positions besides itself (the right side is at most 0, as
+        decoding is causal). Combined with the cache's `max_len`, the
+        narrower applies; see `KVCache`.
+    softcap : float, optional
+        Soft cap ``c > 0`` of the scaled scores, ``c * tanh(scores / c)``.
+    alibi_slopes : array_like of float, optional
+        ALiBi slopes per head, broadcastable to the batch and head axes
+        ``(..., H)``. The distance is counted from each new query's
+        position to the cached ones, so the steps equal full ALiBi
+        attention.
+    sinks : array_like of float, optional
+        Attention-sink logits per head, broadcastable to ``(..., H)``.
     enable_gqa : bool, optional
         Grouped-query attention: the cache may hold fewer heads (axis -3)
         than `q`; query head ``h`` uses key/value head ``h // (Hq // Hkv)``.
@@ -311,7 +347,7 @@ def decode_step(q, k, v, cache, *, scale=None, enable_gqa=False, return_weights=
     KVCache : The cache this appends to.
     scaled_dot_product_attention : Called with bottom-right ``is_causal``.
     causal_mask : Shows the bottom-right alignment.
-    sliding_window_mask : The mask used for a cache with `max_len`.
+    sliding_window_mask : The pattern of a cache with `max_len` or of a `window`.
 
     Notes
     -----
@@ -325,7 +361,8 @@ def decode_step(q, k, v, cache, *, scale=None, enable_gqa=False, return_weights=
 
     A cache with `max_len` = :math:`w` held :math:`m \le w` positions
     before the call; the step attends to those and the :math:`T` new ones
-    (:math:`S = m + T`) with ``sliding_window_mask(T, S, window=w,
+    (:math:`S = m + T`) with the window ``(w - 1, 0)`` aligned bottom-right,
+    the pattern of ``sliding_window_mask(T, S, window=w,
     alignment="bottom-right")``: query :math:`i` sees key :math:`j` iff
     :math:`0 \le i + S - T - j < w`. The cache then keeps the last
     :math:`w`, which are all that any later query can see.
@@ -357,6 +394,14 @@ def decode_step(q, k, v, cache, *, scale=None, enable_gqa=False, return_weights=
 
     >>> bool(np.array_equal(first[0], v[0]))
     True
+
+    A window of one position back needs a cache of two positions only:
+
+    >>> small = KVCache(max_len=2)
+    >>> steps = [decode_step(q[i : i + 1], k[i : i + 1], v[i : i + 1], small, window=(1, 0)) for i in range(4)]
+    >>> local = scaled_dot_product_attention(q, k, v, is_causal=True, window=(1, 0))
+    >>> len(small), bool(np.allclose(np.concatenate(steps), local, rtol=0, atol=1e-12))
+    (2, True)
     """
     if not isinstance(cache, KVCache):
         raise TypeError(f"cache must be a KVCache; got {type(cache).__name__}")
@@ -373,20 +418,28 @@ def decode_step(q, k, v, cache, *, scale=None, enable_gqa=False, return_weights=
     cache.append(k, v)
     try:
         keys, values = cache._recent(n_keys)
-        mask = None  # plain bottom-right causal attention, unless the cache is a sliding window
-        if cache.max_len is not None:
-            mask = sliding_window_mask(q.shape[-2], n_keys, window=cache.max_len, alignment="bottom-right")
         return scaled_dot_product_attention(
             q,
             keys,
             values,
-            mask=mask,
-            is_causal=mask is None,
+            is_causal=True,
             causal_alignment="bottom-right",
+            window=_cache_window(window, cache.max_len),
             scale=scale,
+            softcap=softcap,
+            alibi_slopes=alibi_slopes,
+            sinks=sinks,
             enable_gqa=enable_gqa,
             return_weights=return_weights,
         )
     except Exception:
         cache._restore(before)
         raise
+
+
+def _cache_window(window, max_len):
+    """The window of a decoding step: `window` with its left side narrowed to ``max_len - 1`` by a sliding cache."""
+    left, right = (None, None) if window is None else check_window(window)
+    if max_len is not None:
+        left = max_len - 1 if left is None else min(left, max_len - 1)
+    return None if left is None and right is None else (left, right)

@@ -427,6 +427,10 @@ def multi_head_attention(
     bias=None,
     is_causal=False,
     causal_alignment="top-left",
+    window=None,
+    softcap=None,
+    alibi_slopes=None,
+    sinks=None,
     return_weights=False,
 ):
     r"""Multi-head (and grouped-query) attention with input and output projections.
@@ -450,7 +454,19 @@ def multi_head_attention(
     is_causal : bool, optional
         Apply a causal mask (see `causal_mask`).
     causal_alignment : {"top-left", "bottom-right"}, optional
-        Diagonal placement when L != S.
+        Diagonal placement when L != S, and the query positions for
+        `window` and `alibi_slopes`.
+    window : (int or None, int or None), optional
+        Local attention ``(left, right)``, as in
+        `scaled_dot_product_attention`.
+    softcap : float, optional
+        Soft cap ``c > 0`` of every head's scaled scores,
+        ``c * tanh(scores / c)``, before `bias`, ALiBi and the masks.
+    alibi_slopes : array_like of float, shape (H,) or broadcastable to (..., H), optional
+        One ALiBi slope per query head, e.g. ``alibi_slopes(H)``.
+    sinks : array_like of float, shape (H,) or broadcastable to (..., H), optional
+        One attention-sink logit per query head (learned parameters in
+        gpt-oss); each row's softmax denominator gains ``exp(sink)``.
     return_weights : bool, optional
         Also return the per-head attention weights.
 
@@ -467,11 +483,13 @@ def multi_head_attention(
     TypeError
         If `params` is not a `MultiHeadParams`, an array is not real numeric,
         `mask` is not boolean, or `is_causal` or `return_weights` is not a
-        bool.
+        bool; as `scaled_dot_product_attention` for `window` and `softcap`.
     ValueError
         If the last axis of `x` is not ``d_model`` or of `context` not
         ``d_context`` (or `context` is missing when they differ), or
-        leading, mask or bias shapes do not broadcast.
+        leading, mask or bias shapes do not broadcast; as
+        `scaled_dot_product_attention` for `window`, `softcap`,
+        `alibi_slopes` and `sinks`.
 
     See Also
     --------
@@ -536,6 +554,14 @@ def multi_head_attention(
     >>> out
     array([[0.73105858, 0.5       ],
            [0.5       , 0.73105858]])
+
+    A sink of 0 on head 0 only (:math:`-\infty` is not allowed, a very
+    negative logit is as good as none):
+
+    >>> out, w = multi_head_attention(x, p, sinks=[0.0, -1e3], return_weights=True)
+    >>> w[0]
+    array([[0.57611688, 0.21194156],
+           [0.33333333, 0.33333333]])
     """
     if not isinstance(params, MultiHeadParams):
         raise TypeError(f"params must be a MultiHeadParams; got {type(params).__name__}")
@@ -571,6 +597,10 @@ def multi_head_attention(
         bias=bias,
         is_causal=is_causal,
         causal_alignment=causal_alignment,
+        window=window,
+        softcap=softcap,
+        alibi_slopes=alibi_slopes,
+        sinks=sinks,
         enable_gqa=params.n_kv_heads != params.n_heads,
         return_weights=True,
     )

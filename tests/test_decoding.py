@@ -308,3 +308,75 @@ def test_failed_window_step_leaves_cache_unchanged():
     np.testing.assert_array_equal(cache.keys, state[1])
     ar.decode_step(np.ones((1, 1)), np.full((1, 1), 9.0), np.ones((1, 1)), cache)
     np.testing.assert_array_equal(cache.keys[:, 0], [3.0, 9.0])
+
+
+# ---------------------------------------------------------------- softcap, window, ALiBi, sinks
+
+
+def _decode(q, k, v, cache, bounds, **options):
+    """Decode the positions split at `bounds` one step after another; return the concatenated outputs."""
+    return np.concatenate(
+        [ar.decode_step(q[..., a:b, :], k[..., a:b, :], v[..., a:b, :], cache, **options)
+         for a, b in itertools.pairwise(bounds)],
+        axis=-2,
+    )
+
+
+OPTIONS = [
+    {"window": (2, 0)},
+    {"window": (3, 5)},  # the right side is moot: decoding is causal
+    {"window": (None, 0)},
+    {"softcap": 1.5},
+    {"alibi_slopes": [0.5, 0.25]},
+    {"sinks": [0.5, -1.0]},
+    {"window": (1, 0), "softcap": 2.0, "alibi_slopes": [0.3, 0.7], "sinks": [[1.0, 0.0], [0.0, 2.0]]},
+]
+
+
+@pytest.mark.parametrize("options", OPTIONS, ids=lambda o: "-".join(o))
+@pytest.mark.parametrize("bounds", [[0, 9], [0, 4, 5, 6, 9], [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]])
+def test_decoding_with_options_equals_full_attention(rng, options, bounds):
+    q, k, v = rng.standard_normal((3, 2, 2, 9, 4))
+    full = ar.scaled_dot_product_attention(q, k, v, is_causal=True, **options)
+    np.testing.assert_allclose(_decode(q, k, v, ar.KVCache(), bounds, **options), full, rtol=0, atol=ATOL)
+
+
+@pytest.mark.parametrize("left", [0, 1, 3])
+@pytest.mark.parametrize("bounds", [[0, 1, 2, 3, 4, 5, 6, 7, 8, 9], [0, 5, 7, 9]])
+def test_a_cache_of_left_plus_one_positions_serves_window_left(rng, left, bounds):
+    # window (left, 0) never looks back more than `left` positions: KVCache(max_len=left + 1) suffices.
+    q, k, v = rng.standard_normal((3, 2, 9, 4))
+    options = {"window": (left, 0), "alibi_slopes": 0.25, "sinks": 0.5}
+    small = ar.KVCache(max_len=left + 1)
+    out = _decode(q, k, v, small, bounds, **options)
+    np.testing.assert_allclose(out, _decode(q, k, v, ar.KVCache(), bounds, **options), rtol=0, atol=ATOL)
+    np.testing.assert_allclose(out, ar.scaled_dot_product_attention(q, k, v, is_causal=True, **options),
+                               rtol=0, atol=ATOL)
+    assert len(small) == left + 1
+
+
+@pytest.mark.parametrize(("max_len", "window", "effective"), [(3, (5, 0), (2, 0)), (6, (1, 0), (1, 0)),
+                                                              (4, None, (3, 0)), (4, (None, 2), (3, 0))])
+def test_the_narrower_of_max_len_and_window_applies(rng, max_len, window, effective):
+    q, k, v = rng.standard_normal((3, 8, 2))
+    out = _decode(q, k, v, ar.KVCache(max_len=max_len), [0, 3, 4, 8], window=window)
+    np.testing.assert_allclose(out, ar.scaled_dot_product_attention(q, k, v, window=effective, is_causal=True),
+                               rtol=0, atol=ATOL)
+
+
+def test_window_decoding_weights_cover_the_window(rng):
+    q, k, v = rng.standard_normal((3, 6, 2))
+    cache = ar.KVCache(k[:5], v[:5])
+    _, w = ar.decode_step(q[5:], k[5:], v[5:], cache, window=(2, 0), sinks=1.0, return_weights=True)
+    assert w.shape == (1, 6)
+    np.testing.assert_array_equal(w[0, :3], 0.0)
+    assert np.all(w[0, 3:] > 0) and w.sum() < 1
+
+
+def test_failed_option_check_leaves_cache_unchanged():
+    cache = ar.KVCache(np.arange(4.0).reshape(4, 1), np.zeros((4, 1)))
+    with pytest.raises(ValueError, match=r"^window\[0\]"):
+        ar.decode_step(np.ones((1, 1)), np.ones((1, 1)), np.ones((1, 1)), cache, window=(-1, 0))
+    with pytest.raises(ValueError, match=r"^sinks must broadcast"):
+        ar.decode_step(np.ones((1, 1)), np.ones((1, 1)), np.ones((1, 1)), cache, sinks=np.zeros(3))
+    assert len(cache) == 4

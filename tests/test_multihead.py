@@ -333,3 +333,84 @@ def test_mha_errors(rng):
     cross = _params(rng, d_model=4, d_context=6)
     with pytest.raises(ValueError, match="pass context"):
         multi_head_attention(x, cross)
+
+
+# ---------------------------------------------------------------- softcap, window, ALiBi, sinks
+
+
+def _heads(x, p, context=None):
+    """The per-head q, k, v of the layer, written out with NumPy (row convention, biases included)."""
+    ctx = x if context is None else context
+    d = p.w_q.shape[1] // p.n_heads
+
+    def split(y, n):
+        return np.swapaxes(y.reshape(*y.shape[:-1], n, d), -3, -2)
+
+    return (
+        split(x @ p.w_q + p.b_q, p.n_heads),
+        split(ctx @ p.w_k + p.b_k, p.n_kv_heads),
+        split(ctx @ p.w_v + p.b_v, p.n_kv_heads),
+    )
+
+
+@pytest.mark.parametrize("n_kv_heads", [None, 1])
+@pytest.mark.parametrize("alignment", ["top-left", "bottom-right"])
+def test_mha_passes_every_option_to_each_head(rng, reference_attention, n_kv_heads, alignment):
+    from plain_options import reference_with_options
+
+    p = _params(rng, d_model=6, n_heads=2, d_head=3, n_kv_heads=n_kv_heads)
+    x, ctx = rng.normal(size=(2, 4, 6)), rng.normal(size=(2, 7, 6))
+    options = {
+        "window": (2, 1),
+        "softcap": 1.5,
+        "alibi_slopes": np.array([0.5, 0.125]),
+        "sinks": np.array([0.3, -0.7]),
+        "is_causal": True,
+        "causal_alignment": alignment,
+    }
+    out, w = multi_head_attention(x, p, context=ctx, return_weights=True, **options)
+    q, k, v = _heads(x, p, ctx)
+    heads, expected_w, _ = reference_with_options(reference_attention, q, k, v, enable_gqa=True, **options)
+    expected = np.swapaxes(heads, -3, -2).reshape(2, 4, 6) @ p.w_o + p.b_o
+    np.testing.assert_allclose(w, expected_w, rtol=0, atol=1e-13)
+    np.testing.assert_allclose(out, expected, rtol=0, atol=1e-12)
+
+
+def test_mha_sinks_per_head(rng):
+    # A very negative sink is no sink; a very large one silences its head, as if every key were masked there.
+    p = _params(rng)
+    x = rng.normal(size=(3, 4))
+    plain, w_plain = multi_head_attention(x, p, return_weights=True)
+    out, w = multi_head_attention(x, p, sinks=[-1e3, 1e3], return_weights=True)
+    np.testing.assert_allclose(w[0], w_plain[0], rtol=1e-14)
+    np.testing.assert_array_equal(w[1], 0.0)
+    head_1_masked = multi_head_attention(x, p, mask=np.array([True, False])[:, None, None])
+    np.testing.assert_allclose(out, head_1_masked, rtol=0, atol=1e-12)
+    assert not np.allclose(out, plain)
+
+
+def test_mha_window_equals_sliding_window_mask(rng):
+    from attention_ref import sliding_window_mask
+
+    p = _params(rng)
+    x = rng.normal(size=(6, 4))
+    for window in [(1, 1), (None, 2), (3, 0)]:
+        np.testing.assert_allclose(
+            multi_head_attention(x, p, window=window),
+            multi_head_attention(x, p, mask=sliding_window_mask(6, window=window)),
+            rtol=0,
+            atol=1e-14,
+        )
+
+
+def test_mha_alibi_slopes_equal_alibi_bias(rng):
+    from attention_ref import alibi_bias, alibi_slopes
+
+    p = _params(rng)
+    x = rng.normal(size=(2, 5, 4))
+    np.testing.assert_allclose(
+        multi_head_attention(x, p, alibi_slopes=alibi_slopes(2), is_causal=True),
+        multi_head_attention(x, p, bias=alibi_bias(2, 5), is_causal=True),
+        rtol=0,
+        atol=1e-14,
+    )
