@@ -7,7 +7,14 @@ the jupyter cache, the file has none (they are merged back from the cache here);
 are numbered here); and execution counts are null for cached outputs (the code cells are numbered in order,
 as one top-to-bottom run would have). Streams are joined exactly (``exact_streams.merge_streams``).
 
-Public API only: the ``html-page-context`` event (before the theme builds its buttons, priority 501) and
+Adds what a notebook needs to run outside the repository: a first cell that checks ``attention_ref`` (and
+``myst_nb``, whose ``glue`` the chapters call) can be imported and otherwise prints the ``pip`` command and
+raises; and the files a chapter reads from the repository (``EMBEDDED``: the benchmark record) carried in the
+notebook, the expression that reads one replaced by its content as a Python literal. The file is written after the
+theme's launch buttons (priority 502), which copy MyST-NB's raw notebook to the same place when configured.
+
+Public API only: the ``html-page-context`` event (named before the theme builds its buttons, priority 500;
+written after them, 502) and
 jupyter-cache's ``merge_match_into_notebook``. Verified with Sphinx 9.0.4, sphinx-book-theme 1.4.0,
 MyST-NB 1.4.0 and jupyter-cache 1.0.1.
 """
@@ -15,11 +22,53 @@ MyST-NB 1.4.0 and jupyter-cache 1.0.1.
 from __future__ import annotations
 
 import json
+import pprint
+import re
 from pathlib import Path
 
 import nbformat
 from exact_streams import merge_streams
 from jupyter_cache import get_cache
+
+ROOT = Path(__file__).resolve().parents[2]
+# Files a page's code reads from the repository (relative to ROOT), and the expression that reads one (from the
+# page's own folder, some levels below ROOT).
+EMBEDDED = {"benchmarks/results.json": r'json\.loads\(Path\("(?:\.\./)+benchmarks/results\.json"\)\.read_text\(\)\)'}
+SETUP_CELL = """\
+# This notebook is a page of the attention_ref book. It needs the attention_ref package, and myst-nb for glue().
+import importlib.util
+
+if any(importlib.util.find_spec(name) is None for name in ("attention_ref", "myst_nb")):
+    print("Install what this notebook needs into this kernel's environment, then restart the kernel:\\n"
+          "    %pip install attention_ref myst-nb\\n"
+          "(or, in a clone of the repository: pip install -e '.[docs]')")
+    raise ModuleNotFoundError("this notebook needs attention_ref and myst-nb")
+"""
+
+
+def _setup_cell():
+    return {"cell_type": "code", "id": "setup", "metadata": {"tags": ["setup"]}, "outputs": [],
+            "execution_count": None, "source": SETUP_CELL}
+
+
+def _embedded(source):
+    """`source` with each read of a file listed in `EMBEDDED` replaced by the file's content, as a literal."""
+    for path, read in EMBEDDED.items():
+        if re.search(read, source):
+            record = pprint.pformat(json.loads((ROOT / path).read_text(encoding="utf-8")), sort_dicts=False)
+            literal = f"(  # {path}, as recorded when this notebook was built\n{record})"
+            source = re.sub(read, lambda _, literal=literal: literal, source)
+    return source
+
+
+def _runnable_anywhere(notebook):
+    """The notebook with a setup check first and repository files embedded."""
+    for cell in notebook.get("cells", []):
+        if cell.get("cell_type") == "code":
+            source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+            cell["source"] = _embedded(source)
+    notebook["cells"] = [_setup_cell(), *notebook.get("cells", [])]
+    return notebook
 
 
 def _with_cached_outputs(app, notebook):
@@ -48,21 +97,34 @@ def _numbered(notebook):
     return notebook
 
 
-def offer_notebook_download(app, pagename, templatename, context, doctree):
-    """Write the page's executed notebook to ``_sources/`` and name it in the page context for the theme."""
+def _executed(app, pagename):
+    """MyST-NB's executed notebook of the page, if the page is a notebook (else None)."""
     if "kernelspec" not in app.env.metadata.get(pagename, {}):
-        return
+        return None
     executed = Path(app.outdir).parent / "jupyter_execute" / f"{pagename}.ipynb"
-    if not executed.is_file():
+    return executed if executed.is_file() else None
+
+
+def offer_notebook_download(app, pagename, templatename, context, doctree):
+    """Name the page's notebook in the page context, for the theme's download menu."""
+    if _executed(app, pagename):
+        context["ipynb_source"] = f"{pagename}.ipynb"
+
+
+def write_notebook(app, pagename, templatename, context, doctree):
+    """Write the page's executed notebook to ``_sources/``."""
+    executed = _executed(app, pagename)
+    if not executed:
         return
     target = Path(app.outdir) / "_sources" / f"{pagename}.ipynb"
     target.parent.mkdir(parents=True, exist_ok=True)
-    notebook = _numbered(_with_cached_outputs(app, json.loads(executed.read_text(encoding="utf-8"))))
+    notebook = json.loads(executed.read_text(encoding="utf-8"))
+    notebook = _numbered(_runnable_anywhere(_with_cached_outputs(app, notebook)))
     target.write_text(json.dumps(notebook, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    context["ipynb_source"] = f"{pagename}.ipynb"
 
 
 def setup(app):
     app.setup_extension("myst_nb")
     app.connect("html-page-context", offer_notebook_download, priority=500)
+    app.connect("html-page-context", write_notebook, priority=502)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
