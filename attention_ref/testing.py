@@ -65,13 +65,12 @@ def _naive_attention(q, k, v, dtype: np.dtype, options: dict) -> np.ndarray:
 
     q, k, v = (as_real_array(a, name).astype(dtype) for a, name in ((q, "q"), (k, "k"), (v, "v")))
     p = prepare_attention(q, k, v, **options)  # the package's own masks, window, bias and ALiBi
-    softcap = getattr(p, "softcap", None)
-    sinks = getattr(p, "sinks", None)
+    sinks = p.sinks
     with np.errstate(invalid="ignore", over="ignore"):  # overflow to inf and NaN are the baseline's own
         s = rnd(p.q.astype(work) @ np.swapaxes(p.k.astype(work), -1, -2))  # (..., L, S)
         s = rnd(s * work.type(p.scale))
-        if softcap is not None:
-            s = rnd(work.type(softcap) * np.tanh(s / work.type(softcap)))
+        if p.softcap is not None:
+            s = rnd(p.cap(s))
         extra = p.additive()
         if extra is not None:
             s = rnd(s + rnd(extra.astype(work)))

@@ -211,3 +211,25 @@ def test_without_ml_dtypes_float_work_and_bfloat16_by_name_says_what_to_install(
     q = np.ones((2, 3), np.float16)
     assert ar.scaled_dot_product_attention(q, q, q).dtype == np.float16
     assert ar.mask_to_bias(ar.causal_mask(2), "float32").dtype == np.float32
+
+
+# --------------------------------------------------------------------- softcap, window, ALiBi and sinks in bfloat16
+
+
+@pytest.mark.parametrize("attend", ["scaled_dot_product_attention", "blockwise_attention", "decode_step"])
+def test_new_options_in_bfloat16(bf16, attend):
+    rng = np.random.default_rng(6)
+    q, k, v = (normal(rng, (4, n, 8), bf16) * bf16.type(2) for n in (5, 9, 9))
+    options = {"softcap": 3.0, "window": (4, 0), "alibi_slopes": ar.alibi_slopes(4).astype(bf16),
+               "sinks": normal(rng, (4,), bf16)}
+
+    def call(f):
+        if attend == "decode_step":
+            cache = ar.KVCache(f(k[:, :8]), f(v[:, :8]))
+            return ar.decode_step(f(q[:, :1]), f(k[:, 8:]), f(v[:, 8:]), cache, **options)
+        return getattr(ar, attend)(f(q), f(k), f(v), causal_alignment="bottom-right", **options)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        low, high = call(ident), call(to64)
+    assert_bf16_rounding_of(low, high, bf16)

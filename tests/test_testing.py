@@ -283,3 +283,48 @@ def test_float8_output_is_rejected():
 def test_importable_as_attention_ref_testing():
     assert ar.testing.assert_attention_close is assert_attention_close
     assert ar.testing.__all__ == ["assert_attention_close"]
+
+
+# --------------------------------------------------------------------- softcap, window, ALiBi and sinks
+
+NEW_OPTIONS = [
+    {"softcap": 3.0},
+    {"window": (5, 2)},
+    {"window": (8, None), "is_causal": True, "causal_alignment": "bottom-right"},
+    {"alibi_slopes": np.array([0.5, 0.25, 0.125])},
+    {"sinks": np.array([0.0, 2.0, -1.0])},
+    {"softcap": 10.0, "window": (6, 0), "alibi_slopes": np.array([0.1, 0.2, 0.3]), "sinks": np.array([1.0, 0.5, 3.0]),
+     "bias": np.linspace(-1, 1, 53), "scale": 0.3},
+]
+
+
+@pytest.mark.parametrize("options", NEW_OPTIONS, ids=lambda o: "-".join(o))
+def test_the_float64_baseline_honours_the_new_options(options):
+    q, k, v = qkv(16, np.float64, spread=2.0)
+    baseline = _naive_attention(q, k, v, np.dtype(np.float64), options)
+    np.testing.assert_allclose(baseline, ar.scaled_dot_product_attention(q, k, v, **options), rtol=0, atol=1e-13)
+
+
+@pytest.mark.parametrize("name", DTYPES)
+@pytest.mark.parametrize("options", NEW_OPTIONS, ids=lambda o: "-".join(o))
+def test_blockwise_passes_with_the_new_options(name, options):
+    dtype = as_dtype(name)
+    q, k, v = qkv(17, dtype, spread=2.0)
+    assert_attention_close(ar.blockwise_attention(q, k, v, block_size=(8, 6), **options), q, k, v, **options)
+
+
+def test_a_kernel_that_ignores_the_sinks_fails():
+    q, k, v = qkv(18, as_dtype("bfloat16"))
+    sinks = np.array([1.0, 2.0, 0.5])
+    m = failure(ar.scaled_dot_product_attention(q, k, v), q, k, v, sinks=sinks)
+    assert m["dtype"] == "bfloat16"
+
+
+def test_a_kernel_that_caps_after_the_bias_fails():
+    q, k, v = qkv(19, np.float16, spread=2.0)
+    bias = np.where(np.arange(53) % 2, 4.0, 0.0)
+    # Wrong order: c * tanh((s + bias) / c) instead of c * tanh(s / c) + bias.
+    s = np.einsum("bhle,bhse->bhls", q.astype(np.float64), k.astype(np.float64)) / 4 + bias
+    w = np.exp(5.0 * np.tanh(s / 5.0))
+    wrong = ((w / w.sum(-1, keepdims=True)) @ v.astype(np.float64)).astype(np.float16)
+    failure(wrong, q, k, v, softcap=5.0, bias=bias)

@@ -166,16 +166,55 @@ st = hypothesis.strategies
     heads=st.sampled_from([(1, 1), (2, 2), (4, 2), (3, 1)]),
     is_causal=st.booleans(),
     alignment=st.sampled_from(["top-left", "bottom-right"]),
+    window=st.none() | st.tuples(st.none() | st.integers(0, 4), st.none() | st.integers(0, 4)),
+    softcap=st.none() | st.floats(0.5, 20.0),
+    extras=st.sets(st.sampled_from(["alibi_slopes", "sinks"])),
     seed=st.integers(0, 2**32 - 1),
 )
-def test_varlen_equals_a_loop_of_separate_calls(lengths, heads, is_causal, alignment, seed):
+def test_varlen_equals_a_loop_of_separate_calls(lengths, heads, is_causal, alignment, window, softcap, extras, seed):
     rng = np.random.default_rng(seed)
     H, Hkv = heads
     q, k, v, cu_q, cu_k = packed(rng, [a for a, _ in lengths], [b for _, b in lengths], H=H, Hkv=Hkv)
-    options = {"is_causal": is_causal, "causal_alignment": alignment, "enable_gqa": H != Hkv}
+    options = {"is_causal": is_causal, "causal_alignment": alignment, "enable_gqa": H != Hkv,
+               "window": window, "softcap": softcap}
+    options |= {name: rng.standard_normal(H) for name in extras}
     out, weights = varlen_attention(q, k, v, cu_q, cu_k, return_weights=True, **options)
     assert out.shape == (H, q.shape[1], 3)
     assert len(weights) == len(lengths)
     assert np.all(np.isfinite(out))
     if lengths:
         np.testing.assert_array_equal(out, loop(q, k, v, cu_q, cu_k, **options))
+
+
+# --------------------------------------------------------------------- options of scaled_dot_product_attention
+
+OPTIONS = [
+    {"softcap": 2.0},
+    {"window": (1, 0)},
+    {"window": (2, 1), "causal_alignment": "bottom-right"},
+    {"alibi_slopes": ar.alibi_slopes(2), "is_causal": True},
+    {"sinks": np.array([0.5, -1.0])},
+    {"softcap": 5.0, "window": (3, None), "alibi_slopes": np.array([0.25, 0.5]), "sinks": np.array([1.0, 0.0]),
+     "is_causal": True, "causal_alignment": "bottom-right", "scale": 0.7},
+]
+
+
+@pytest.mark.parametrize("options", OPTIONS, ids=lambda o: "-".join(o))
+def test_options_apply_to_each_sequence_as_a_call_of_its_own(rng, options):
+    q, k, v, cu_q, cu_k = packed(rng, [3, 0, 4, 2], [5, 2, 4, 0])
+    out, weights = varlen_attention(q, k, v, cu_q, cu_k, return_weights=True, **options)
+    np.testing.assert_array_equal(out, loop(q, k, v, cu_q, cu_k, **options))
+    assert [w.shape for w in weights] == [(2, 3, 5), (2, 0, 2), (2, 4, 4), (2, 2, 0)]
+
+
+def test_window_and_alibi_positions_restart_at_each_sequence(rng):
+    # window (0, 0): every query sees only the key at its own position within its own sequence.
+    q, k, v, cu_q, cu_k = packed(rng, [3, 2], [3, 2], H=1)
+    out = varlen_attention(q, k, v, cu_q, cu_k, window=(0, 0))
+    np.testing.assert_allclose(out, v, rtol=1e-15, atol=0)
+    # ALiBi distances are counted within each sequence: the same as each sequence alone with an alibi bias.
+    out = varlen_attention(q, k, v, cu_q, cu_k, alibi_slopes=np.array([0.5]))
+    for a, b in ((0, 3), (3, 5)):
+        distance = np.abs(np.arange(b - a)[:, None] - np.arange(b - a))  # |i - j| within the sequence
+        alone = scaled_dot_product_attention(q[:, a:b], k[:, a:b], v[:, a:b], bias=-0.5 * distance)
+        np.testing.assert_allclose(out[:, a:b], alone, rtol=0, atol=1e-14)
