@@ -369,8 +369,8 @@ def scaled_dot_product_attention(
     -------
     out : ndarray, shape (..., L, Ev)
         Attention output, in the dtype NumPy promotion gives `q`, `k` and
-        `v` (float16 stays float16, computed in float32; integers give
-        float64).
+        `v` (float16 and bfloat16 stay as they are, computed in float32;
+        integers give float64).
     weights : ndarray, shape (..., L, S)
         Only with ``return_weights=True``: the weights applied to `v` (after
         dropout, if any). Rows sum to one (to less than one with `sinks`),

@@ -281,8 +281,9 @@ def mask_to_bias(mask, dtype=np.float64):
     ----------
     mask : array_like of bool, any shape
         True where attention is allowed.
-    dtype : {numpy.float16, numpy.float32, numpy.float64}, optional
-        Floating dtype of the bias. Default float64.
+    dtype : {numpy.float16, numpy.float32, numpy.float64, bfloat16}, optional
+        Floating dtype of the bias (bfloat16 from the ``ml_dtypes``
+        package). Default float64.
 
     Returns
     -------
@@ -292,7 +293,8 @@ def mask_to_bias(mask, dtype=np.float64):
     Raises
     ------
     TypeError
-        If `mask` is not boolean or `dtype` is not float16, float32 or float64.
+        If `mask` is not boolean or `dtype` is not float16, float32,
+        float64 or bfloat16.
 
     See Also
     --------
