@@ -111,20 +111,29 @@ def bench_kernels(repeats: int) -> list[dict]:
     return rows
 
 
-def bench_memory(n: int, block_size: int | None) -> dict:
-    """Peak memory growth (tracemalloc) of causal blockwise attention at L = S = n, E = 64, float64."""
-    rng = np.random.default_rng(1)
-    q, k, v = (rng.standard_normal((n, E)) for _ in range(3))
-    kwargs = {} if block_size is None else {"block_size": block_size}
+WINDOW = (4096, 0)
+
+
+def _traced(fn) -> tuple[np.ndarray, float, float]:
+    """Run `fn()` under tracemalloc: its result, wall time (s) and peak memory growth (bytes)."""
     gc.collect()
     tracemalloc.start()
     tracemalloc.reset_peak()
     base = tracemalloc.get_traced_memory()[0]
     t0 = time.perf_counter()
-    out = ar.blockwise_attention(q, k, v, is_causal=True, **kwargs)
+    out = fn()
     seconds = time.perf_counter() - t0
     peak = tracemalloc.get_traced_memory()[1] - base
     tracemalloc.stop()
+    return out, seconds, peak
+
+
+def bench_memory(n: int, block_size: int | None) -> dict:
+    """Peak memory growth (tracemalloc) of causal blockwise attention at L = S = n, E = 64, float64."""
+    rng = np.random.default_rng(1)
+    q, k, v = (rng.standard_normal((n, E)) for _ in range(3))
+    kwargs = {} if block_size is None else {"block_size": block_size}
+    out, seconds, peak = _traced(lambda: ar.blockwise_attention(q, k, v, is_causal=True, **kwargs))
     assert np.isfinite(out).all()
     return {
         "n": n,
@@ -132,6 +141,38 @@ def bench_memory(n: int, block_size: int | None) -> dict:
         "output_MiB": out.nbytes / 2**20,
         "dense_scores_MiB": n * n * 8 / 2**20,
         "seconds": seconds,
+    }
+
+
+def bench_window(n: int, window: tuple[int, int] = WINDOW) -> dict:
+    """Blockwise attention at L = S = n, E = 64, float32, with `window` and without, side by side.
+
+    The same single-head call as the long run, in float32: once with ``window=window`` and once with no window
+    and no mask (every key), each timed and traced for peak memory in turn.
+    """
+    rng = np.random.default_rng(2)
+    q, k, v = (rng.standard_normal((n, E)).astype(np.float32) for _ in range(3))
+    out_w, windowed_s, windowed_peak = _traced(lambda: ar.blockwise_attention(q, k, v, window=window))
+    del out_w
+    out_f, full_s, full_peak = _traced(lambda: ar.blockwise_attention(q, k, v))
+    assert np.isfinite(out_f).all()
+    # The last query's window holds left + 1 keys: the windowed row there equals a dense call on those keys.
+    left = window[0]
+    out_w = ar.blockwise_attention(q[-3:], k, v, window=window, causal_alignment="bottom-right")
+    tail = ar.scaled_dot_product_attention(q[-1:], k[-left - 1:], v[-left - 1:])
+    assert np.allclose(out_w[-1:], tail, rtol=1e-5, atol=1e-6)
+    return {
+        "recorded": time.strftime("%Y-%m-%d", time.gmtime()),
+        "n": n,
+        "E": E,
+        "dtype": "float32",
+        "window": list(window),
+        "windowed_s": windowed_s,
+        "full_s": full_s,
+        "windowed_peak_MiB": windowed_peak / 2**20,
+        "full_peak_MiB": full_peak / 2**20,
+        "output_MiB": out_f.nbytes / 2**20,
+        "time_ratio": full_s / windowed_s,
     }
 
 
@@ -168,13 +209,38 @@ def fmt_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def fmt_window(r: dict) -> str:
+    """The windowed run against the full one, as two lines."""
+    return (
+        f"blockwise L=S={r['n']} E={r['E']} {r['dtype']} window={tuple(r['window'])}: {r['windowed_s']:.1f} s, "
+        f"peak growth {r['windowed_peak_MiB']:.1f} MiB\n"
+        f"blockwise L=S={r['n']} E={r['E']} {r['dtype']} no window: {r['full_s']:.1f} s, "
+        f"peak growth {r['full_peak_MiB']:.1f} MiB ({r['time_ratio']:.1f}x the windowed time)"
+    )
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--write", type=Path, help="write the results as JSON to this path")
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--memory-n", type=int, default=16384)
     parser.add_argument("--long-n", type=int, default=65536, help="length of the long run (0 to skip)")
+    parser.add_argument("--window-n", type=int, default=65536, help="length of the windowed run (0 to skip)")
+    parser.add_argument(
+        "--only-window", action="store_true",
+        help="run only the windowed case and merge it (as window_run) into the existing --write file",
+    )
     args = parser.parse_args(argv)
+
+    if args.only_window:
+        only = bench_window(args.window_n)
+        print(fmt_window(only))
+        if args.write:
+            result = json.loads(args.write.read_text()) if args.write.exists() else {}
+            result["window_run"] = only
+            args.write.write_text(json.dumps(result, indent=2) + "\n")
+            print(f"merged window_run into {args.write}")
+        return 0
 
     info = machine()
     print("machine:", json.dumps(info, indent=1))
@@ -193,6 +259,10 @@ def main(argv=None) -> int:
             f"blockwise causal L=S={long['n']}: finished in {long['seconds']:.1f} s, "
             f"peak growth {long['peak_growth_MiB']:.1f} MiB"
         )
+    window_run = None
+    if args.window_n:
+        window_run = bench_window(args.window_n)
+        print(fmt_window(window_run))
     imp = bench_import()
     print(f"import attention_ref: {1e3 * imp['import_s']:.0f} ms (matplotlib imported: {imp['matplotlib_imported']})")
     if args.write:
@@ -203,6 +273,7 @@ def main(argv=None) -> int:
             "kernels": rows,
             "memory": memory,
             "long_run": long,
+            "window_run": window_run,
             "import": imp,
         }
         args.write.write_text(json.dumps(result, indent=2) + "\n")
