@@ -9,13 +9,14 @@ PIP := $(PY) -m pip install -qq
 TORCH ?= torch==2.13.0
 # `make docs` installs only what the book needs (the docs extra); `make test` adds the test and browser tools.
 DOCS_STAMP := $(VENV)/.installed-docs
+LIVE_STAMP := $(VENV)/.installed-live
 TEST_STAMP := $(VENV)/.installed-test-$(shell printf '%s' '$(TORCH)' | tr -c 'A-Za-z0-9.' '_')
 SPHINXOPTS ?= -W --keep-going -n
 BUILD := docs/_build
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 1700000000)
 export SOURCE_DATE_EPOCH
 
-.PHONY: all venv docs docs-clean test test-fast lint bench chromium clean
+.PHONY: all venv docs docs-clean serve test test-fast lint bench chromium clean
 
 all: test
 
@@ -28,7 +29,7 @@ $(DOCS_STAMP): pyproject.toml | $(PY)
 	@touch $@
 
 $(TEST_STAMP): pyproject.toml $(DOCS_STAMP)
-	$(PIP) -e '.[test,docs,browser]' $(TORCH)
+	$(PIP) -e '.[test,docs,browser,live]' $(TORCH)
 	@rm -f $(VENV)/.installed-test-*
 	@touch $@
 
@@ -41,6 +42,16 @@ docs: $(DOCS_STAMP)
 
 docs-clean:
 	rm -rf docs/_build
+
+$(LIVE_STAMP): pyproject.toml $(DOCS_STAMP)
+	$(PIP) -e '.[docs,live]'
+	@touch $@
+
+## The book (built first if anything changed) on http://127.0.0.1:$(PORT)/ with a Jupyter kernel server beside it
+## for the pages' "Live code" button (loopback only, a random token per run). Ctrl-C stops both.
+PORT ?= 8000
+serve: $(LIVE_STAMP) docs
+	$(PY) docs/_ext/_live_server.py --port $(PORT) $(BUILD)/html
 
 ## Every test: unit, property, conformance, doctests, the strict book build and the browser tests.
 ## One pytest worker per core, with work stealing: an idle worker takes half of a busy one's queue, and

@@ -39,6 +39,7 @@ extensions = [
     "search_index",  # incremental builds keep searchindex.js complete and equal clean builds
     "early_assets",  # MathJax's and MyST-NB's files in place before pages are written
     "citation_roles",  # citations get an ARIA role axe accepts
+    "live_code",  # "Live code" button: cells run on make serve's kernel or Binder; launch menu when the repo is known
 ]
 
 exclude_patterns = ["_build", "_ext", "**.ipynb_checkpoints", "jupyter_execute", "_inventories", "_templates"]
@@ -136,7 +137,6 @@ html_theme_options = {
     "use_issues_button": False,
     "use_edit_page_button": False,
     "use_source_button": False,
-    "launch_buttons": {},  # no Binder/Colab/Thebe: nothing reaches out
     "show_toc_level": 2,
     "home_page_in_toc": True,
     "navigation_with_keys": False,

@@ -34,6 +34,15 @@ def require(module_name):
         pytest.skip(f"{module_name} is not installed")
 
 
+@pytest.fixture(scope="session")
+def browser():
+    """Chromium, offline (test_site.launch_chromium), one per test process for every browser test module."""
+    from test_site import launch_chromium
+
+    with launch_chromium() as chromium:
+        yield chromium
+
+
 @pytest.fixture
 def torch():
     """The torch module, float64 matmul determinism on CPU."""

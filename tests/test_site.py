@@ -19,6 +19,7 @@ Without a built site or without ``/usr/bin/chromium`` the tests skip locally and
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import http.server
 import io
@@ -123,8 +124,10 @@ def site():
         server.server_close()
 
 
-@pytest.fixture(scope="session")
-def browser():
+@contextlib.contextmanager
+def launch_chromium():
+    """Debian's Chromium through Playwright, offline. The ``browser`` fixture (tests/conftest.py) holds one per
+    test process, shared by every module that drives it: Playwright's sync API runs one instance per thread."""
     sync_api = require("playwright.sync_api")
     if not CHROMIUM.is_file():
         _missing(f"{CHROMIUM} (apt-get install chromium, or `make chromium`)")

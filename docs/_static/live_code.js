@@ -1,0 +1,358 @@
+/* Live code for the attention_ref book (docs/_ext/live_code.py): the "Live code" button in a chapter's header
+ * turns its code cells into editable cells run by one Jupyter kernel, over the Jupyter server's REST and
+ * WebSocket API. Nothing is fetched before the button is pressed. The kernel comes from the server `make serve`
+ * runs beside the book (it answers _live/config.json with its address and token), else from Binder when the
+ * build knew the repository, else the page says that no kernel can be had and how to get one.
+ * The book's own code (BSD-3-Clause, like the rest of the repository); no third-party code. */
+(() => {
+  "use strict";
+  const settings = window.attentionRefLiveCodeConfig || { binder: null };
+  const root = new URL(document.documentElement.dataset.content_root || "./", location.href);
+  const pageDir = decodeURIComponent(location.pathname).slice(decodeURIComponent(root.pathname).length)
+    .split("/").slice(0, -1).join("/");
+  const ANSI = /\x1b\[[0-9;?]*[A-Za-z]/g;
+  const NO_KERNEL = "No kernel can be had for this copy of the book: it is served without a kernel server, and " +
+    "its build did not know the book's repository (so Binder cannot be used). To run the code, serve the book " +
+    "with `make serve` from a clone of the repository, or download this page's notebook (.ipynb) from the " +
+    "download menu and open it in Jupyter.";
+
+  class LiveError extends Error {}
+
+  const uuid = () => (crypto.randomUUID ? crypto.randomUUID()
+    : "xxxxxxxx-xxxx-4xxx-8xxx-xxxxxxxxxxxx".replace(/x/g, () => ((Math.random() * 16) | 0).toString(16)));
+  const joinPath = (...parts) => parts.filter(Boolean).map((p) => p.replace(/^\/+|\/+$/g, "")).join("/");
+
+  function element(tag, attributes = {}, text) {
+    const node = document.createElement(tag);
+    for (const [name, value] of Object.entries(attributes)) node.setAttribute(name, value);
+    if (text !== undefined) node.textContent = text;
+    return node;
+  }
+
+  // -- Where the kernel comes from ----------------------------------------------------------------------------
+
+  async function localServer() {
+    let response;
+    try {
+      response = await fetch(new URL("_live/config.json", root), { cache: "no-store" });
+    } catch (error) {
+      return null;
+    }
+    if (!response.ok) return null;
+    const found = await response.json();
+    return { where: "this machine", baseUrl: found.base_url, token: found.token,
+             path: joinPath(found.path_to_docs, pageDir) };
+  }
+
+  function binderServer(binder, report) {
+    return new Promise((resolve, reject) => {
+      report("connecting", "Live code: asking Binder for a kernel (a first start can take several minutes)…");
+      const events = new EventSource(`${binder.url}/build/${binder.spec}`);
+      events.onmessage = (event) => {
+        const message = JSON.parse(event.data);
+        if (message.phase === "ready") {
+          events.close();
+          resolve({ where: "Binder", baseUrl: message.url, token: message.token,
+                    path: joinPath(binder.path_to_docs, pageDir) });
+        } else if (message.phase === "failed") {
+          events.close();
+          reject(new LiveError(`Binder could not start the book's repository: ${message.message || "no reason given"}`));
+        } else if (message.phase) {
+          report("connecting", `Live code: Binder is ${message.phase === "built" ? "starting" : message.phase}…`);
+        }
+      };
+      events.onerror = () => {
+        events.close();
+        reject(new LiveError(`Binder (${binder.url}) could not be reached, so no kernel can be had.`));
+      };
+    });
+  }
+
+  // -- One kernel, over the Jupyter server's API ----------------------------------------------------------------
+
+  class Kernel {
+    constructor(server, onState) {
+      this.server = server;
+      this.onState = onState;
+      this.session = uuid();
+      this.running = new Map(); // msg_id -> {output handlers, resolve}
+      this.closing = false;
+    }
+
+    async request(method, path, body) {
+      const response = await fetch(new URL(path, this.server.baseUrl), {
+        method,
+        headers: { Authorization: `token ${this.server.token}`, "Content-Type": "application/json" },
+        body: body === undefined ? undefined : JSON.stringify(body),
+      });
+      if (!response.ok) throw new LiveError(`the kernel server refused ${method} ${path} (${response.status})`);
+      return response.status === 204 ? null : response.json();
+    }
+
+    async start() {
+      const model = await this.request("POST", "api/kernels", { name: "python3", path: this.server.path });
+      this.id = model.id;
+      const url = new URL(`api/kernels/${this.id}/channels`, this.server.baseUrl);
+      url.protocol = url.protocol === "https:" ? "wss:" : "ws:";
+      url.searchParams.set("session_id", this.session);
+      url.searchParams.set("token", this.server.token);
+      this.socket = new WebSocket(url);
+      this.socket.onmessage = (event) => this.receive(JSON.parse(event.data));
+      await new Promise((resolve, reject) => {
+        this.socket.onopen = resolve;
+        this.socket.onerror = () => reject(new LiveError("the kernel's WebSocket could not be opened"));
+      });
+      this.socket.onclose = () => {
+        if (!this.closing) this.onState("failed", "Live code: the connection to the kernel was lost. Restart the kernel to try again.");
+      };
+      await this.info();
+    }
+
+    send(channel, msgType, content) {
+      const id = uuid();
+      this.socket.send(JSON.stringify({
+        header: { msg_id: id, msg_type: msgType, session: this.session, username: "", date: new Date().toISOString(), version: "5.3" },
+        parent_header: {}, metadata: {}, content, channel, buffers: [],
+      }));
+      return id;
+    }
+
+    info() {
+      return new Promise((resolve) => {
+        const id = this.send("shell", "kernel_info_request", {});
+        this.running.set(id, { output() {}, resolve, reply: true });
+      });
+    }
+
+    execute(code, output) {
+      return new Promise((resolve) => {
+        const id = this.send("shell", "execute_request", {
+          code, silent: false, store_history: true, user_expressions: {}, allow_stdin: false, stop_on_error: true,
+        });
+        this.running.set(id, { output, resolve });
+      });
+    }
+
+    receive(message) {
+      const type = message.header.msg_type;
+      const parent = message.parent_header && message.parent_header.msg_id;
+      const job = this.running.get(parent);
+      if (type === "status") {
+        const state = message.content.execution_state;
+        if (state === "dead") this.onState("failed", "Live code: the kernel died. Restart it to go on.");
+        else if (state === "busy" && job && !job.reply) this.onState("busy", "Live code: busy, running a cell…");
+        else if (state === "idle" && job && !job.reply) {
+          this.running.delete(parent);
+          job.resolve();
+          if (![...this.running.values()].some((j) => !j.reply)) this.onState("ready", "Live code: ready.");
+        }
+      } else if (type === "kernel_info_reply" && job) {
+        this.running.delete(parent);
+        job.resolve(message.content);
+      } else if (job) {
+        job.output(type, message.content);
+      }
+    }
+
+    async restart() {
+      for (const job of this.running.values()) {
+        if (!job.reply) job.output("restarted", {});
+        job.resolve();
+      }
+      this.running.clear();
+      await this.request("POST", `api/kernels/${this.id}/restart`);
+      await this.info();
+    }
+  }
+
+  // -- The page -----------------------------------------------------------------------------------------------
+
+  class LiveCode {
+    constructor(button) {
+      this.button = button;
+      this.article = document.querySelector("article.bd-article") || document.querySelector("main") || document.body;
+      this.cells = [];
+      this.kernel = null;
+      this.panel = this.makePanel();
+      this.makeCells();
+      this.kernelReady = this.connect();
+      this.kernelReady.catch(() => null); // the reason is in the status line
+    }
+
+    makePanel() {
+      const panel = element("div", { class: "live-code-panel", role: "region", "aria-label": "Live code" });
+      this.status = element("p", { class: "live-code-status", role: "status", "data-state": "connecting" },
+        "Live code: connecting to a kernel…");
+      const actions = element("div", { class: "live-code-actions" });
+      this.runAllButton = element("button", { type: "button", class: "live-code-button" }, "Run all");
+      this.restartButton = element("button", { type: "button", class: "live-code-button" }, "Restart kernel");
+      this.runAllButton.addEventListener("click", () => this.runAll());
+      this.restartButton.addEventListener("click", () => this.restart());
+      actions.append(this.runAllButton, this.restartButton);
+      const hint = element("p", { class: "live-code-hint" },
+        "Edit any code cell and press its Run button (or Shift+Enter in the cell). The cells share one kernel: " +
+        "run them from the top, as in a notebook.");
+      panel.append(this.status, actions, hint);
+      this.article.prepend(panel);
+      return panel;
+    }
+
+    makeCells() {
+      let number = 0;
+      for (const cell of this.article.querySelectorAll("div.cell")) {
+        const pre = cell.querySelector(".cell_input pre");
+        if (!pre) continue;
+        number += 1;
+        const input = pre.closest(".cell_input");
+        const source = pre.textContent.replace(/\n$/, "");
+        const box = element("div", { class: "live-code-cell" });
+        const editor = element("textarea", {
+          class: "live-code-editor", spellcheck: "false", autocapitalize: "off", autocomplete: "off",
+          "aria-label": `Code cell ${number}`, rows: String(Math.max(1, source.split("\n").length)),
+        });
+        editor.value = source;
+        editor.addEventListener("input", () => { editor.rows = Math.max(1, editor.value.split("\n").length); });
+        const bar = element("div", { class: "live-code-bar" });
+        const run = element("button", { type: "button", class: "live-code-button live-code-run" }, "Run");
+        const count = element("span", { class: "live-code-count" }, "");
+        bar.append(run, count);
+        const output = element("div", { class: "live-code-output", "aria-live": "polite", "aria-label": `Output of code cell ${number}`, role: "region" });
+        output.hidden = true;
+        box.append(editor, bar, output);
+        input.after(box); // inside a folded cell (hide-input, hide-cell) the editor stays folded with it
+        const entry = { cell, input, box, editor, run, count, output, number,
+                        staticOutputs: [...cell.querySelectorAll(".cell_output")] };
+        run.addEventListener("click", () => this.runCell(entry));
+        editor.addEventListener("keydown", (event) => {
+          if (event.key === "Enter" && (event.shiftKey || event.ctrlKey)) {
+            event.preventDefault();
+            this.runCell(entry);
+          }
+        });
+        this.cells.push(entry);
+      }
+      this.show(true);
+    }
+
+    show(on) {
+      this.on = on;
+      this.button.setAttribute("aria-pressed", String(on));
+      this.panel.hidden = !on;
+      for (const entry of this.cells) {
+        entry.input.hidden = on;
+        entry.box.hidden = !on;
+        for (const out of entry.staticOutputs) out.hidden = on && entry.ran;
+      }
+    }
+
+    state(name, text) {
+      this.status.dataset.state = name;
+      this.status.textContent = text;
+    }
+
+    async connect() {
+      const report = (name, text) => this.state(name, text);
+      try {
+        const server = (await localServer()) || (settings.binder ? await binderServer(settings.binder, report) : null);
+        if (!server) throw new LiveError(NO_KERNEL);
+        this.state("connecting", `Live code: starting a kernel on ${server.where}…`);
+        this.kernel = new Kernel(server, report);
+        await this.kernel.start();
+        this.state("ready", `Live code: ready (a Python kernel on ${server.where}).`);
+        return this.kernel;
+      } catch (error) {
+        const reason = error instanceof LiveError ? error.message : `Live code failed: ${error.message || error}`;
+        this.state("failed", reason.startsWith("No kernel") ? reason : `Live code failed: ${reason}`);
+        throw error;
+      }
+    }
+
+    async runCell(entry) {
+      entry.ran = true;
+      for (const out of entry.staticOutputs) out.hidden = true;
+      entry.output.hidden = false;
+      entry.output.replaceChildren();
+      entry.box.dataset.state = "queued";
+      entry.count.textContent = "queued";
+      let kernel;
+      try {
+        kernel = await this.kernelReady;
+      } catch (error) {
+        entry.box.dataset.state = "failed";
+        entry.count.textContent = "";
+        entry.output.append(element("pre", { class: "live-code-error" }, this.status.textContent));
+        return;
+      }
+      entry.box.dataset.state = "running";
+      entry.count.textContent = "running…";
+      let stream = null;
+      await kernel.execute(entry.editor.value, (type, content) => {
+        if (type === "stream") {
+          if (!stream || stream.dataset.name !== content.name) {
+            stream = element("pre", { class: `live-code-stream live-code-${content.name}`, "data-name": content.name }, "");
+            entry.output.append(stream);
+          }
+          stream.textContent += content.text;
+          return;
+        }
+        stream = null;
+        if (type === "execute_result" || type === "display_data") this.showData(entry, content.data || {});
+        else if (type === "error") {
+          const text = (content.traceback || []).join("\n").replace(ANSI, "") || `${content.ename}: ${content.evalue}`;
+          entry.output.append(element("pre", { class: "live-code-error" }, text));
+        } else if (type === "clear_output") entry.output.replaceChildren();
+        else if (type === "restarted") entry.output.append(element("pre", { class: "live-code-error" }, "Stopped: the kernel was restarted."));
+        if (type === "execute_input") entry.count.textContent = `run ${content.execution_count}`;
+      });
+      entry.box.dataset.state = "done";
+    }
+
+    showData(entry, data) {
+      if (data["image/png"]) {
+        entry.output.append(element("img", { class: "live-code-figure", src: `data:image/png;base64,${data["image/png"]}`,
+                                             alt: `Figure drawn by code cell ${entry.number}` }));
+      } else if (data["image/svg+xml"]) {
+        const svg = [].concat(data["image/svg+xml"]).join("");
+        entry.output.append(element("img", { class: "live-code-figure", src: `data:image/svg+xml,${encodeURIComponent(svg)}`,
+                                             alt: `Figure drawn by code cell ${entry.number}` }));
+      } else if (data["text/plain"] !== undefined) {
+        entry.output.append(element("pre", { class: "live-code-result" }, [].concat(data["text/plain"]).join("")));
+      }
+    }
+
+    async runAll() {
+      for (const entry of this.cells) {
+        await this.runCell(entry);
+        if (entry.box.dataset.state !== "done" || entry.output.querySelector(".live-code-error")) break;
+      }
+    }
+
+    async restart() {
+      let kernel;
+      try {
+        kernel = await this.kernelReady;
+      } catch (error) {
+        this.kernelReady = this.connect(); // try again from the start: the reason shows in the status line
+        this.kernelReady.catch(() => null);
+        return;
+      }
+      this.state("connecting", "Live code: restarting the kernel…");
+      try {
+        await kernel.restart();
+        this.state("ready", "Live code: ready (kernel restarted: run the cells again from the top).");
+      } catch (error) {
+        this.state("failed", `Live code failed: ${error.message || error}`);
+      }
+    }
+  }
+
+  let live = null;
+  window.attentionRefLiveCode = {
+    toggle(button) {
+      if (!live) live = new LiveCode(button);
+      else live.show(!live.on);
+      if (live.on) live.status.scrollIntoView({ block: "nearest" });
+    },
+    get state() { return live ? live.status.dataset.state : "off"; },
+  };
+})();
