@@ -16,7 +16,7 @@ BUILD := docs/_build
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 1700000000)
 export SOURCE_DATE_EPOCH
 
-.PHONY: all venv docs docs-clean serve test test-fast lint bench chromium clean
+.PHONY: all venv docs docs-clean notebooks serve test test-fast lint bench chromium clean
 
 all: test
 
@@ -42,6 +42,10 @@ docs: $(DOCS_STAMP)
 
 docs-clean:
 	rm -rf docs/_build
+
+## The chapters as notebooks in notebooks/, which the Binder and Colab links open (commit them after a change).
+notebooks: $(DOCS_STAMP)
+	$(PY) docs/_ext/_launch_notebooks.py
 
 $(LIVE_STAMP): pyproject.toml $(DOCS_STAMP)
 	$(PIP) -e '.[docs,live]'

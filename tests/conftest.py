@@ -2,12 +2,15 @@
 
 import importlib
 import os
+import sys
 from collections import defaultdict
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+EXT = Path(__file__).resolve().parents[1] / "docs" / "_ext"
 
 try:  # hypothesis is a test dependency; keep the suite quick and free of flaky deadlines
     from hypothesis import HealthCheck, settings
@@ -32,6 +35,18 @@ def require(module_name):
         if IN_CI:
             pytest.fail(f"{module_name} is required in CI but could not be imported: {exc}")
         pytest.skip(f"{module_name} is not installed")
+
+
+def ext_module(name, *needs):
+    """Module `name` of docs/_ext, imported as Sphinx (with the path docs/conf.py sets) and `make serve` import it;
+    skips (fails in CI) without the modules `needs`."""
+    for need in needs:
+        require(need)
+    sys.path.insert(0, str(EXT))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(EXT))
 
 
 @pytest.fixture(scope="session")

@@ -7,15 +7,13 @@ be shown directly.
 """
 
 import re
-import sys
 import types
 from pathlib import Path
 
 import pytest
-from conftest import require
+from conftest import EXT, ext_module, require
 
 ROOT = Path(__file__).resolve().parents[1]
-EXT = ROOT / "docs" / "_ext"
 
 pytestmark = pytest.mark.docs
 
@@ -23,13 +21,7 @@ pytestmark = pytest.mark.docs
 @pytest.fixture(scope="module")
 def ext():
     """Import a module of docs/_ext by name, as Sphinx does with the path docs/conf.py sets."""
-    require("sphinx")
-    require("myst_nb")
-    sys.path.insert(0, str(EXT))
-    import importlib
-
-    yield importlib.import_module
-    sys.path.remove(str(EXT))
+    return lambda name: ext_module(name, "sphinx", "myst_nb")
 
 
 def test_every_extension_says_what_it_corrects_and_is_loaded_by_conf(ext):

@@ -13,9 +13,9 @@ is used when the build knows the repository, and the hosted configuration makes 
 from __future__ import annotations
 
 import http.server
-import importlib
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -27,36 +27,22 @@ from typing import ClassVar
 from urllib.parse import urljoin
 
 import pytest
-from conftest import require
-from test_site import AXE_PATH, SITE, Visit, _axe_in_each_mode, _missing
+from conftest import EXT, ext_module, require
+from test_site import SITE, AxeBesideTheSite, Visit, _axe_in_each_mode, _missing
 
 ROOT = Path(__file__).resolve().parents[1]
-EXT = ROOT / "docs" / "_ext"
 CHAPTER = "chapters/01_queries_keys_values.html"
 READY = 180_000  # ms: a cold kernel on a busy 2-core machine
 
 
-def _ext_module(name, needs):
-    """Module `name` of docs/_ext, imported as Sphinx and `make serve` import it (skips without `needs`)."""
-    require(needs)
-    sys.path.insert(0, str(EXT))
-    try:
-        return importlib.import_module(name)
-    finally:
-        sys.path.remove(str(EXT))
-
-
 @pytest.fixture(scope="module")
 def live():
-    module = _ext_module("_live_server", "jupyter_server")
+    module = ext_module("_live_server", "jupyter_server")
     if not (SITE / CHAPTER).is_file():
         _missing(f"the built book ({SITE}; run `make docs`)")
 
-    class Handler(module.BookHandler):  # axe-core beside the book, as test_site serves it
-        def translate_path(self, path):
-            if path == AXE_PATH:
-                return str(Path(require("axe_playwright_python").__file__).with_name("axe.min.js"))
-            return super().translate_path(path)
+    class Handler(AxeBesideTheSite, module.BookHandler):  # axe-core beside the book, as test_site serves it
+        pass
 
     with module.LiveServer(SITE, handler=Handler) as server:
         yield server
@@ -337,7 +323,7 @@ def test_the_kernel_websocket_refuses_other_origins(live):
 
 @pytest.fixture(scope="module")
 def live_code():
-    return _ext_module("live_code", "sphinx")
+    return ext_module("live_code", "sphinx")
 
 
 @pytest.mark.parametrize("url", ["https://github.com/example/book", "https://github.com/example/book.git",
@@ -374,14 +360,18 @@ def test_a_book_with_a_repository_links_binder_and_colab(tmp_path):
         "exclude_patterns = ['_build']\n"
     )
     front = "---\nfile_format: mystnb\nkernelspec:\n  name: python3\n  display_name: Python 3\n---\n"
-    (docs / "index.md").write_text("# Book\n\n```{toctree}\ntext\nnotebook\n```\n")
+    (docs / "index.md").write_text("# Book\n\n```{toctree}\ntext\nuncommitted\nnotebook\n```\n")
     (docs / "text.md").write_text(front + "# Text\n\n```{code-cell} ipython3\n1 + 1\n```\n")
+    (docs / "uncommitted.md").write_text(front + "# No notebook\n\n```{code-cell} ipython3\n3 + 3\n```\n")
     notebook = {"cells": [{"cell_type": "markdown", "id": "a", "metadata": {}, "source": "# Notebook"},
                           {"cell_type": "code", "id": "b", "metadata": {}, "execution_count": None, "outputs": [],
                            "source": "2 + 2"}],
                 "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
                 "nbformat": 4, "nbformat_minor": 5}
     (docs / "notebook.ipynb").write_text(json.dumps(notebook))
+    # The repository's committed notebook of text.md (_launch_notebooks writes these); uncommitted.md has none.
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "notebooks" / "text.ipynb").write_text(json.dumps(notebook))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("READTHEDOCS", "ATTENTION_REF"))}
     env["READTHEDOCS_GIT_CLONE_URL"] = "https://github.com/example/book.git"
     env["READTHEDOCS_GIT_IDENTIFIER"] = "stable"
@@ -389,15 +379,21 @@ def test_a_book_with_a_repository_links_binder_and_colab(tmp_path):
     result = subprocess.run([sys.executable, "-m", "sphinx", "-q", "-b", "html", str(docs), str(out)],
                             env=env, capture_output=True, text=True, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    text, nb = (out / "text.html").read_text(), (out / "notebook.html").read_text()
-    binder = "https://mybinder.org/v2/gh/example/book/stable?urlpath=lab/tree/docs/{}.ipynb"
-    assert binder.format("text") in text
-    assert binder.format("notebook") in nb
-    assert "https://colab.research.google.com/github/example/book/blob/stable/docs/notebook.ipynb" in nb
-    assert "colab.research.google.com" not in text  # Colab cannot open MyST Markdown
-    for page in (text, nb):
+    text, nb, bare = ((out / f"{page}.html").read_text() for page in ("text", "notebook", "uncommitted"))
+    binder = "https://mybinder.org/v2/gh/example/book/stable?urlpath=lab/tree/{}"
+    colab = "https://colab.research.google.com/github/example/book/blob/stable/{}"
+    assert binder.format("notebooks/text.ipynb") in text and colab.format("notebooks/text.ipynb") in text
+    assert binder.format("docs/notebook.ipynb") in nb and colab.format("docs/notebook.ipynb") in nb
+    launch = re.findall(r"https://(?:mybinder\.org/v2|colab\.research\.google\.com)[^\"'\s<]*", text)
+    assert launch and all(url.endswith("/notebooks/text.ipynb") for url in launch), launch
+    # No committed notebook: no launch links (Colab and Binder would open Markdown), but live code still.
+    assert "mybinder.org/v2" not in bare and "colab.research.google.com" not in bare
+    for page in (text, nb, bare):
         assert 'class="btn btn-sm btn-live-code' in page and "Live code" in page
         assert '"spec": "gh/example/book/stable"' in page
+    # The downloaded notebook's setup cell installs the package from the repository the build knows.
+    setup = json.loads((out / "_sources" / "text.ipynb").read_text())["cells"][0]["source"]
+    assert "'attention_ref @ git+https://github.com/example/book.git@stable'" in "".join(setup)
     # The downloadable notebook is the book's (a setup cell first), not the theme's raw copy.
     download = json.loads((out / "_sources" / "text.ipynb").read_text())
     assert download["cells"][0]["metadata"]["tags"] == ["setup"]

@@ -58,5 +58,5 @@ def test_the_first_cell_says_how_to_install_the_package(tmp_path):
         pytest.skip(f"{base} has attention_ref installed")
     result = subprocess.run([str(base), "-I", "-c", source], capture_output=True, text=True, cwd=tmp_path)
     assert result.returncode != 0
-    assert "pip install attention_ref" in result.stdout, result.stdout
+    assert '%pip install "attention_ref @ git+' in result.stdout, result.stdout
     assert "ModuleNotFoundError" in result.stderr

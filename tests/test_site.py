@@ -31,7 +31,7 @@ from pathlib import Path
 from urllib.parse import urljoin, urlsplit
 
 import pytest
-from conftest import IN_CI, require
+from conftest import IN_CI, ext_module, require
 
 ROOT = Path(__file__).resolve().parents[1]
 # BOOK_SITE points the tests at another build folder (a helper's scratch build, say).
@@ -86,25 +86,18 @@ CHAPTERS = [page for page in PAGES if page.startswith("chapters/")] or ["chapter
 AXE_PATH = "/__axe-core__/axe.min.js"
 
 
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"  # keep-alive: a page's many assets reuse one connection
+class AxeBesideTheSite:
+    """Mixin for a handler of the site: axe-core's script served at ``AXE_PATH`` too, for the axe checks."""
 
     def translate_path(self, path):
         if path == AXE_PATH:
             return str(Path(require("axe_playwright_python").__file__).with_name("axe.min.js"))
         return super().translate_path(path)
 
-    def end_headers(self):
-        # As a static host would: the browser keeps what it fetched and asks the server whether it changed
-        # (a 304 reply reuses the cached copy), so every page's requests still reach the server.
-        self.send_header("Cache-Control", "no-cache")
-        super().end_headers()
 
-    def guess_type(self, path):
-        return "application/json" if str(path).endswith(".ipynb") else super().guess_type(path)
-
-    def log_message(self, format, *args):
-        pass
+def _static_handler():
+    """The book's static handler (docs/_ext/_live_server.py, as `make serve` serves the site), with axe-core."""
+    return type("Handler", (AxeBesideTheSite, ext_module("_live_server").StaticHandler), {})
 
 
 @pytest.fixture(scope="session")
@@ -112,7 +105,7 @@ def site():
     """Base URL of the built book served on 127.0.0.1 (a free port, one thread per request)."""
     if not (SITE / "index.html").is_file():
         _missing(f"the built book ({SITE}; run `make docs`)")
-    handler = functools.partial(_QuietHandler, directory=str(SITE))
+    handler = functools.partial(_static_handler(), directory=str(SITE))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)

@@ -58,10 +58,27 @@ else:
             return True
 
 
-class BookHandler(http.server.SimpleHTTPRequestHandler):
+class StaticHandler(http.server.SimpleHTTPRequestHandler):
+    """A folder as a static host serves it: keep-alive connections, notebooks as JSON, no log lines, and a
+    ``no-cache`` header, so the browser keeps what it fetched but asks whether it changed (a 304 reply reuses its
+    copy): every page's requests still reach the server."""
+
+    protocol_version = "HTTP/1.1"  # keep-alive: a page's many assets reuse one connection
+
+    def end_headers(self):
+        self.send_header("Cache-Control", "no-cache")
+        super().end_headers()
+
+    def guess_type(self, path):
+        return "application/json" if str(path).endswith(".ipynb") else super().guess_type(path)
+
+    def log_message(self, format, *args):
+        pass
+
+
+class BookHandler(StaticHandler):
     """The built book, plus ``/_live/config.json`` for pages of the same origin."""
 
-    protocol_version = "HTTP/1.1"
     live: ClassVar[dict] = {}  # set per server: base_url, token, path_to_docs, origin
 
     def do_GET(self):
@@ -78,21 +95,15 @@ class BookHandler(http.server.SimpleHTTPRequestHandler):
         body = json.dumps({key: self.live[key] for key in ("base_url", "token", "path_to_docs")}).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
-        self.send_header("Cache-Control", "no-store")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
 
     def end_headers(self):
-        if self.path.split("?")[0] != CONFIG_PATH:
-            self.send_header("Cache-Control", "no-cache")
-        super().end_headers()
-
-    def guess_type(self, path):
-        return "application/json" if str(path).endswith(".ipynb") else super().guess_type(path)
-
-    def log_message(self, format, *args):
-        pass
+        if self.path.split("?")[0] == CONFIG_PATH:  # the token: never stored
+            self.send_header("Cache-Control", "no-store")
+            return http.server.SimpleHTTPRequestHandler.end_headers(self)
+        return super().end_headers()
 
 
 def _free_port() -> int:

@@ -12,14 +12,14 @@ until the reader presses the button. The kernel then comes from, in order:
 * nothing: the page then says so, and how to get a kernel, in the status line under the button.
 
 Repository: the config value ``live_code_repository``, else the environment variable
-``ATTENTION_REF_REPOSITORY``, else ``READTHEDOCS_GIT_CLONE_URL`` (set by Read the Docs at build time); its branch
-from ``live_code_branch``, ``ATTENTION_REF_BRANCH`` or ``READTHEDOCS_GIT_IDENTIFIER`` (default ``main``). A
-GitHub or GitLab repository turns on the theme's launch menu (``repository_url``, ``path_to_docs``,
-``repository_branch`` and ``launch_buttons``) with Binder for every chapter and Colab for GitHub. Corrects two
-things about that menu for the book's MyST Markdown chapters: Binder's link opens the notebook that
-``binder/postBuild`` makes from the chapter (``.ipynb`` beside the ``.md``) instead of the Markdown text, and a
-Colab link is kept only for a page whose source is an ``.ipynb`` (Colab opens notebook files from GitHub only,
-so a link to a ``.md`` would fail). ``notebook_download`` writes the downloadable notebooks after the theme's
+``ATTENTION_REF_REPOSITORY``, else ``READTHEDOCS_GIT_CLONE_URL`` (set by Read the Docs at build time), else the
+``Repository`` entry of ``[project.urls]`` in pyproject.toml; its branch from ``live_code_branch``,
+``ATTENTION_REF_BRANCH`` or ``READTHEDOCS_GIT_IDENTIFIER`` (default ``main``). A GitHub or GitLab repository
+turns on the theme's launch menu (``repository_url``, ``path_to_docs``, ``repository_branch`` and
+``launch_buttons``) with Binder for every chapter and Colab for GitHub. Corrects where that menu's links point
+for the book's MyST Markdown chapters: at the chapter's source, which Colab cannot open and Binder shows as text.
+Both links open the chapter's committed notebook instead, ``notebooks/<page>.ipynb`` (``_launch_notebooks``), and
+a page without one gets neither link. ``notebook_download`` writes the downloadable notebooks after the theme's
 launch code, which would otherwise overwrite them with MyST-NB's raw copies.
 
 Public API only: configuration values, ``config-inited``, ``builder-inited`` and ``html-page-context`` (after
@@ -32,6 +32,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import tomllib
+from pathlib import Path
 
 from sphinx.util import logging
 
@@ -40,6 +42,9 @@ logger = logging.getLogger(__name__)
 BINDERHUB = "https://mybinder.org"
 COLAB = "https://colab.research.google.com"
 PROVIDERS = {"github.com": "github", "gitlab.com": "gitlab"}
+ROOT = Path(__file__).resolve().parents[2]
+# Where the committed notebooks of the chapters are, relative to the repository's root (see _launch_notebooks).
+NOTEBOOKS = "notebooks"
 
 
 def repository_parts(url: str):
@@ -76,16 +81,26 @@ def hosted_options(repository: str, branch: str, path_to_docs: str = "docs", bin
     return theme, {"url": binderhub.rstrip("/"), "spec": spec, "path_to_docs": path_to_docs.strip("/")}
 
 
+def configured_repository(repository="", branch=""):
+    """``(web URL or None, branch)`` of the book's repository: `repository` and `branch` if given, else from the
+    environment (``ATTENTION_REF_*``, then Read the Docs' ``READTHEDOCS_GIT_*``), else pyproject.toml's
+    ``[project.urls] Repository``."""
+    env = os.environ
+    repository = repository or env.get("ATTENTION_REF_REPOSITORY") or env.get("READTHEDOCS_GIT_CLONE_URL")
+    if not repository and (ROOT / "pyproject.toml").is_file():
+        project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8")).get("project", {})
+        repository = project.get("urls", {}).get("Repository", "")
+    branch = branch or env.get("ATTENTION_REF_BRANCH") or env.get("READTHEDOCS_GIT_IDENTIFIER") or "main"
+    parts = repository_parts(repository) if repository else None
+    if repository and parts is None:
+        logger.info("live_code: %s is not a GitHub or GitLab repository: no Binder or Colab links", repository)
+    return (parts[0] if parts else None), branch
+
+
 def configure_repository(app, config):
     """Turn on the theme's launch menu when the repository is known (and the theme options do not name one)."""
-    repository = config.live_code_repository or os.environ.get("ATTENTION_REF_REPOSITORY") or os.environ.get(
-        "READTHEDOCS_GIT_CLONE_URL", ""
-    )
-    branch = config.live_code_branch or os.environ.get("ATTENTION_REF_BRANCH") or os.environ.get(
-        "READTHEDOCS_GIT_IDENTIFIER") or "main"
+    repository, branch = configured_repository(config.live_code_repository, config.live_code_branch)
     theme, binder = hosted_options(repository, branch, config.live_code_path_to_docs, config.live_code_binderhub)
-    if repository and not theme:
-        logger.info("live_code: %s is not a GitHub or GitLab repository: no Binder or Colab links", repository)
     options = config.html_theme_options
     if theme and not options.get("repository_url"):
         options.update(theme)
@@ -115,18 +130,22 @@ def add_live_code_button(app, pagename, templatename, context, doctree):
         "label": "live-code",
     })
     source = app.env.doc2path(pagename)
-    for group in buttons:
-        if group.get("label") != "launch-buttons":
-            continue
-        kept = []
-        for button in group["buttons"]:
-            if button.get("text") == "Colab" and source.suffix != ".ipynb":
-                continue  # Colab opens .ipynb files only
-            if button.get("text") == "Binder" and source.suffix != ".ipynb":
-                # binder/postBuild makes <chapter>.ipynb beside each chapter's Markdown
-                button = dict(button, url=re.sub(rf"{re.escape(source.suffix)}$", ".ipynb", button["url"]))
-            kept.append(button)
-        group["buttons"] = kept
+    if source.suffix == ".ipynb":
+        return  # the theme's links open the page's own notebook
+    # The links end with the page's source in the repository (path_to_docs/<page>.md); the committed notebook
+    # is notebooks/<page>.ipynb, found from the source folder's place in the repository.
+    path_to_docs = app.config.html_theme_options.get("path_to_docs", "").strip("/")
+    root = Path(app.srcdir).joinpath(*[".."] * len(Path(path_to_docs).parts)).resolve()
+    in_repository = f"{path_to_docs}/{pagename}{source.suffix}".lstrip("/")
+    notebook = f"{NOTEBOOKS}/{pagename}.ipynb"
+    for group in [group for group in buttons if group.get("label") == "launch-buttons"]:
+        group["buttons"] = [
+            dict(button, url=button["url"].removesuffix(in_repository) + notebook)
+            for button in group["buttons"]
+            if (root / notebook).is_file() and button["url"].endswith(in_repository)
+        ]
+        if not group["buttons"]:
+            buttons.remove(group)  # no menu rather than an empty one
 
 
 def setup(app):

@@ -7,11 +7,15 @@ the jupyter cache, the file has none (they are merged back from the cache here);
 are numbered here); and execution counts are null for cached outputs (the code cells are numbered in order,
 as one top-to-bottom run would have). Streams are joined exactly (``exact_streams.merge_streams``).
 
-Adds what a notebook needs to run outside the repository: a first cell that checks ``attention_ref`` (and
-``myst_nb``, whose ``glue`` the chapters call) can be imported and otherwise prints the ``pip`` command and
-raises; and the files a chapter reads from the repository (``EMBEDDED``: the benchmark record) carried in the
-notebook, the expression that reads one replaced by its content as a Python literal. The file is written after the
-theme's launch buttons (priority 502), which copy MyST-NB's raw notebook to the same place when configured.
+Adds what a notebook needs to run outside the repository (``runnable_anywhere``, also used for the committed
+notebooks of ``_launch_notebooks``): a first cell that checks ``attention_ref`` (and ``ml_dtypes`` where the
+chapter imports it) can be imported, installs what is missing when it runs in Colab and the repository is known
+(from the theme's ``repository_url`` and ``repository_branch``, which ``live_code`` sets), and otherwise prints
+the ``%pip install`` line and raises; a stand-in for ``myst_nb.glue`` that shows the value where myst-nb is
+missing; and the files a chapter reads from the repository (``EMBEDDED``: the benchmark and frameworks records)
+carried in the notebook, the expression that reads one replaced by its content as a Python literal. The file is
+written after the theme's launch buttons (priority 502), which copy MyST-NB's raw notebook to the same place
+when configured.
 
 Public API only: the ``html-page-context`` event (named before the theme builds its buttons, priority 500;
 written after them, 502) and
@@ -33,22 +37,63 @@ from jupyter_cache import get_cache
 ROOT = Path(__file__).resolve().parents[2]
 # Files a page's code reads from the repository (relative to ROOT), and the expression that reads one (from the
 # page's own folder, some levels below ROOT).
-EMBEDDED = {"benchmarks/results.json": r'json\.loads\(Path\("(?:\.\./)+benchmarks/results\.json"\)\.read_text\(\)\)'}
+EMBEDDED = {
+    "benchmarks/results.json": r'json\.loads\(Path\("(?:\.\./)+benchmarks/results\.json"\)\.read_text\(\)\)',
+    # Read by the frameworks chapter where PyTorch or JAX is missing.
+    "docs/chapters/frameworks_record.json": r"json\.loads\(RECORD_FILE\.read_text\(\)\)",
+}
+# What the chapters import beyond attention_ref and its own requirements, and the pip name of each. The setup
+# cell checks for the ones a notebook imports.
+OPTIONAL = {"ml_dtypes": "ml_dtypes"}
 SETUP_CELL = """\
-# This notebook is a page of the attention_ref book. It needs the attention_ref package, and myst-nb for glue().
+# This notebook is a page of the attention_ref book. This cell checks that what it needs can be imported.
+import importlib
 import importlib.util
+import sys
 
-if any(importlib.util.find_spec(name) is None for name in ("attention_ref", "myst_nb")):
-    print("Install what this notebook needs into this kernel's environment, then restart the kernel:\\n"
-          "    %pip install attention_ref myst-nb\\n"
-          "(or, in a clone of the repository: pip install -e '.[docs]')")
-    raise ModuleNotFoundError("this notebook needs attention_ref and myst-nb")
+# Each module this notebook imports that may be missing, and pip's requirement for it (None for attention_ref
+# when the repository was not known as the notebook was written).
+NEEDS = {needs!r}
+missing = {{name: spec for name, spec in NEEDS.items() if importlib.util.find_spec(name) is None}}
+command = "%pip install " + " ".join(
+    '"' + (spec or name + " @ git+<the repository's URL>") + '"' for name, spec in missing.items())
+if missing and all(missing.values()) and "google.colab" in sys.modules:  # Colab: install into this runtime
+    get_ipython().run_line_magic("pip", command.removeprefix("%pip ") + " -q")
+    importlib.invalidate_caches()
+elif missing:
+    print("Install what this notebook needs into this kernel's environment, then restart the kernel:\\n    "
+          + command + "\\n(or, in a clone of the repository: pip install -e .)")
+    raise ModuleNotFoundError("this notebook needs " + ", ".join(missing))
+
+if importlib.util.find_spec("myst_nb") is None:  # myst-nb's glue() puts a value in the book's text: show it here
+    from types import SimpleNamespace
+
+    from IPython.display import display as show
+
+    sys.modules["myst_nb"] = SimpleNamespace(glue=lambda name, variable, display=True: display and show(variable))
 """
 
 
-def _setup_cell():
+def install_spec(repository_url, branch):
+    """The pip requirement that installs attention_ref from `repository_url` (a web URL) at `branch`, or None."""
+    if not repository_url:
+        return None
+    return f"attention_ref @ git+{repository_url.rstrip('/')}.git@{branch or 'main'}"
+
+
+def _imported(notebook):
+    """Top-level names of the modules the notebook's code cells import."""
+    names = set()
+    for cell in notebook.get("cells", []):
+        if cell.get("cell_type") == "code":
+            source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+            names.update(re.findall(r"^\s*(?:import|from)\s+([A-Za-z_]\w*)", source, flags=re.MULTILINE))
+    return names
+
+
+def _setup_cell(install, others):
     return {"cell_type": "code", "id": "setup", "metadata": {"tags": ["setup"]}, "outputs": [],
-            "execution_count": None, "source": SETUP_CELL}
+            "execution_count": None, "source": SETUP_CELL.format(needs={"attention_ref": install, **others})}
 
 
 def _embedded(source):
@@ -61,13 +106,15 @@ def _embedded(source):
     return source
 
 
-def _runnable_anywhere(notebook):
-    """The notebook with a setup check first and repository files embedded."""
+def runnable_anywhere(notebook, install=None):
+    """The notebook with a setup check first (installing from `install` in Colab) and repository files embedded."""
     for cell in notebook.get("cells", []):
         if cell.get("cell_type") == "code":
             source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
             cell["source"] = _embedded(source)
-    notebook["cells"] = [_setup_cell(), *notebook.get("cells", [])]
+    imported = _imported(notebook)
+    others = {name: spec for name, spec in OPTIONAL.items() if name in imported}
+    notebook["cells"] = [_setup_cell(install, others), *notebook.get("cells", [])]
     return notebook
 
 
@@ -81,7 +128,7 @@ def _with_cached_outputs(app, notebook):
     return json.loads(nbformat.writes(merged))
 
 
-def _numbered(notebook):
+def numbered(notebook):
     """Cell ids ``cell-<index>``, code cells counted in order, streams joined: the same file every build."""
     count = 0
     for index, cell in enumerate(notebook.get("cells", [])):
@@ -119,7 +166,9 @@ def write_notebook(app, pagename, templatename, context, doctree):
     target = Path(app.outdir) / "_sources" / f"{pagename}.ipynb"
     target.parent.mkdir(parents=True, exist_ok=True)
     notebook = json.loads(executed.read_text(encoding="utf-8"))
-    notebook = _numbered(_runnable_anywhere(_with_cached_outputs(app, notebook)))
+    options = app.config.html_theme_options  # the repository, as live_code (or conf.py) set it
+    install = install_spec(options.get("repository_url"), options.get("repository_branch"))
+    notebook = numbered(runnable_anywhere(_with_cached_outputs(app, notebook), install))
     target.write_text(json.dumps(notebook, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
 
 

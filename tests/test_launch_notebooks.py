@@ -1,0 +1,121 @@
+"""The committed notebooks the Binder and Colab links open (``notebooks/``, written by ``make notebooks``).
+
+They must be current (each is what ``docs/_ext/_launch_notebooks.py`` makes from its chapter now), hold the same
+code as the downloadable notebooks the build executes (which tests/test_notebooks_run.py runs outside the
+repository), and start with a setup cell that installs what is missing when run in Colab and says how
+elsewhere.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import IN_CI, ext_module
+
+ROOT = Path(__file__).resolve().parents[1]
+SITE = Path(os.environ.get("BOOK_SITE", ROOT / "docs" / "_build" / "html"))
+REQUIREMENT = "attention_ref @ git+https://github.com/example/book.git@main"
+
+
+@pytest.fixture(scope="module")
+def launch():
+    return ext_module("_launch_notebooks", "myst_nb")
+
+
+def _source(cell):
+    return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+
+
+def test_the_committed_notebooks_are_current(launch):
+    stale = launch.stale()
+    assert not stale, "run `make notebooks`: " + ", ".join(
+        f"{path.relative_to(ROOT)} ({'left over' if text is None else 'not current'})" for path, text in stale.items())
+
+
+def test_every_chapter_has_one(launch):
+    pages = launch.sources()
+    assert {"chapters/01_queries_keys_values", "chapters/performance", "faq"} <= set(pages)
+    committed = {path.relative_to(launch.TARGET).with_suffix("").as_posix() for path in launch.TARGET.rglob("*.ipynb")}
+    assert committed == set(pages)
+
+
+def test_the_check_finds_a_stale_notebook(launch, tmp_path):
+    """Against a copy: a chapter edited after its notebook was written, and a notebook left over."""
+    docs, target = tmp_path / "docs", tmp_path / "notebooks"
+    (docs / "chapters").mkdir(parents=True)
+    for page in ("chapters/01_queries_keys_values", "faq"):
+        (docs / f"{page}.md").write_text((launch.DOCS / f"{page}.md").read_text())
+    launch.write(target, docs, install=REQUIREMENT)
+    assert launch.stale(target, docs) == {}
+    chapter = docs / "chapters" / "01_queries_keys_values.md"
+    chapter.write_text(chapter.read_text().replace("temperature=1.0", "temperature=2.0", 1))
+    (target / "gone.ipynb").write_text("{}")
+    stale = launch.stale(target, docs)
+    assert set(stale) == {target / "chapters" / "01_queries_keys_values.ipynb", target / "gone.ipynb"}
+    assert stale[target / "gone.ipynb"] is None
+    # The requirement the file records is kept when it is rebuilt.
+    rebuilt = json.loads(stale[target / "chapters" / "01_queries_keys_values.ipynb"])
+    assert repr(REQUIREMENT) in _source(rebuilt["cells"][0])
+
+
+@pytest.mark.docs
+def test_they_hold_the_code_the_book_runs(launch):
+    """Cell for cell, the code of the downloaded notebooks (the ones the build executed and the tests run)."""
+    built = sorted((SITE / "_sources").rglob("*.ipynb")) if (SITE / "_sources").is_dir() else []
+    if not built:
+        if IN_CI:
+            pytest.fail(f"no built notebooks in {SITE}/_sources")
+        pytest.skip(f"no built notebooks in {SITE}/_sources (run `make docs`)")
+    assert len(built) == len(launch.sources())
+    for path in built:
+        page = path.relative_to(SITE / "_sources").as_posix()
+        committed = json.loads((launch.TARGET / page).read_text())
+        downloaded = json.loads(path.read_text())
+        pairs = list(zip(committed["cells"], downloaded["cells"], strict=True))
+        for index, (mine, theirs) in enumerate(pairs[1:], start=1):  # the setup cells name different installs
+            assert (mine["cell_type"], _source(mine)) == (theirs["cell_type"], _source(theirs)), (page, index)
+            assert mine.get("outputs", []) == []
+
+
+def _run_setup(cell, tmp_path, colab):
+    """Run a setup cell in the interpreter without the package (and without IPython): Colab's module and
+    ``get_ipython`` stand-ins record what the cell asks of them."""
+    base = Path(sys.base_prefix) / "bin" / "python3"
+    probe = subprocess.run([str(base), "-I", "-c", "import attention_ref"], capture_output=True)
+    if probe.returncode == 0:
+        pytest.skip(f"{base} has attention_ref installed")
+    prelude = (
+        "import builtins, sys, types\n"
+        "calls = []\n"
+        "class Shell:\n"
+        "    def run_line_magic(self, name, line): calls.append((name, line))\n"
+        "builtins.get_ipython = Shell\n"
+        "display = types.ModuleType('IPython.display'); display.display = lambda value: calls.append(('show', value))\n"
+        "sys.modules['IPython'] = types.ModuleType('IPython'); sys.modules['IPython.display'] = display\n"
+        + ("sys.modules['google.colab'] = types.ModuleType('google.colab')\n" if colab else "")
+    )
+    after = "\nfrom myst_nb import glue\nglue('x', 42)\nglue('y', 7, display=False)\nprint(calls)\n"
+    return subprocess.run([str(base), "-I", "-c", prelude + _source(cell) + after],
+                          capture_output=True, text=True, cwd=tmp_path)
+
+
+def test_in_colab_the_setup_cell_installs_from_the_repository(launch, tmp_path):
+    notebook = json.loads(launch.launch_notebook(launch.DOCS / "chapters" / "03_softmax.md", REQUIREMENT))
+    result = _run_setup(notebook["cells"][0], tmp_path, colab=True)
+    assert result.returncode == 0, result.stderr
+    # ml_dtypes: chapter 3 imports it; base Python lacks it (and lacks myst-nb: glue shows the value instead).
+    assert f"""('pip', 'install "{REQUIREMENT}" "ml_dtypes" -q'), ('show', 42)]""" in result.stdout, result.stdout
+
+
+def test_without_colab_or_repository_the_setup_cell_says_how(launch, tmp_path):
+    for install, colab in [(REQUIREMENT, False), (None, True)]:
+        notebook = json.loads(launch.launch_notebook(launch.DOCS / "faq.md", install))
+        result = _run_setup(notebook["cells"][0], tmp_path, colab=colab)
+        assert result.returncode != 0 and "ModuleNotFoundError: this notebook needs attention_ref" in result.stderr
+        assert f'%pip install "{install or "attention_ref @ git+<the repository"}' in result.stdout, result.stdout
+        assert "pip install -e ." in result.stdout
