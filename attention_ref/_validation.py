@@ -17,11 +17,22 @@ __all__: list[str] = []  # private module
 _FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 #: Names of ml_dtypes' float types narrower than 16 bits (float8_e4m3fn, float8_e5m2, float6_*, float4_*).
 _NARROW_FLOAT_PREFIXES = ("float8_", "float6_", "float4_")
+#: NumPy's own float scalar types. A dtype of one of them is named "float<bits>", never "bfloat16" nor a narrow
+#: float, so the checks below need not read ``dtype.name`` for it. They avoid it on purpose: NumPy builds that
+#: name anew on every access, through a method lookup by a freshly made string that CPython 3.11's type cache keeps
+#: alive or frees depending on the string's address, so every read moved traced memory by 0 or 58 bytes depending
+#: on the process's memory layout (chapter 9 measures traced peaks; docs/chapters/09_memory_wall.md).
+_NUMPY_FLOAT_TYPES = (np.float16, np.float32, np.float64, np.longdouble)
 
 
 def is_bfloat16(dtype) -> bool:
     """Whether `dtype` is bfloat16 (ml_dtypes', the NumPy dtype JAX uses), told without importing ml_dtypes."""
-    return isinstance(dtype, np.dtype) and dtype.name == "bfloat16" and dtype.itemsize == 2
+    return (
+        isinstance(dtype, np.dtype)
+        and dtype.type not in _NUMPY_FLOAT_TYPES
+        and dtype.name == "bfloat16"
+        and dtype.itemsize == 2
+    )
 
 
 def bfloat16_dtype() -> np.dtype:
@@ -37,7 +48,7 @@ def bfloat16_dtype() -> np.dtype:
 
 def _reject_narrow_float(dtype: np.dtype, name: str) -> None:
     """Raise TypeError for 8-bit and narrower ml_dtypes floats: storage formats, upcast exactly first."""
-    if dtype.name.startswith(_NARROW_FLOAT_PREFIXES):
+    if dtype.type not in _NUMPY_FLOAT_TYPES and dtype.name.startswith(_NARROW_FLOAT_PREFIXES):
         raise TypeError(
             f"{name} has dtype {dtype}, a storage format attention_ref does not compute in; "
             f"convert it first (exactly) with .astype(numpy.float32) or to bfloat16"
