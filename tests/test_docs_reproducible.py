@@ -48,19 +48,6 @@ def _source_date_epoch():
     return result.stdout.strip() or "1700000000"  # the Makefile's rule
 
 
-UNSTABLE_PAGE = "chapters/09_memory_wall.html"
-
-
-def _only_on(image, page):
-    """Whether `image` (``_images/<name>``) is shown by `page` and by no other page, in either build."""
-    name = image.removeprefix("_images/")
-    pages = [path for root in (MAIN, TMP_OUT[0]) for path in root.rglob("*.html") if name in path.read_text()]
-    return bool(pages) and all(path.as_posix().endswith(page) for path in pages)
-
-
-TMP_OUT: list = [MAIN]
-
-
 def _first_difference(a, b):
     try:
         lines_a, lines_b = a.read_text().splitlines(), b.read_text().splitlines()
@@ -92,24 +79,17 @@ def test_a_second_clean_build_is_byte_identical(tmp_path):
     assert warnings == [], warnings
     assert not (out / ".doctrees").exists() and not (MAIN / ".doctrees").exists(), "doctrees inside the site"
 
-    TMP_OUT[0] = out
     rebuilt = _site_files(out)
     main = _site_files(MAIN)
-    # Known exception (open, see the closing note of 2026-11-23): chapter 9's traced memory peaks still move
-    # by a few hundred bytes between clean builds in CI, so its page, its notebook and the figures only that
-    # page shows may differ. Every other file must be identical; the exception is reported, not hidden.
-    unstable = {name for name in (rebuilt ^ main) if name.startswith("_images/") and _only_on(name, UNSTABLE_PAGE)}
-    unstable |= {UNSTABLE_PAGE, "_sources/chapters/09_memory_wall.ipynb"}
-    if unstable & (rebuilt ^ main | {name for name in rebuilt & main if not filecmp.cmp(MAIN / name, out / name)}):
-        print(f"known to differ between clean builds (chapter 9's memory measurements): {sorted(unstable)}")
-    rebuilt, main = rebuilt - unstable, main - unstable
     # A file in one tree only (e.g. a figure whose hashed name changed, or a page the other build did not write).
     only_rebuilt = sorted(rebuilt - main)
     only_main = sorted(main - rebuilt)
-    differing = sorted(name for name in rebuilt & main if not filecmp.cmp(MAIN / name, out / name, shallow=False))
+    # Every file in both, compared byte for byte in one pass (errors: a file that could not be read).
+    _, differing, unreadable = filecmp.cmpfiles(MAIN, out, sorted(rebuilt & main), shallow=False)
     report = [f"only in the rebuild: {name}" for name in only_rebuilt]
     report += [f"only in the main build: {name}" for name in only_main]
     report += [f"differs: {name}\n{_first_difference(MAIN / name, out / name)}" for name in differing]
+    report += [f"could not compare: {name}" for name in unreadable]
     assert not report, f"{len(report)} of {len(rebuilt | main)} files differ:\n" + "\n".join(report)
     # Sanity: the comparison covered what a reader gets.
     assert any(name.startswith("_images/") for name in rebuilt)
