@@ -168,7 +168,10 @@ def blockwise_attention(
         (float16 is accumulated in float32). Rows with no allowed key are 0.
     lse : ndarray, shape (..., L)
         Only with ``return_lse=True``: :math:`\log \sum_j e^{x_{ij}}` over the
-        allowed keys of the scaled and biased scores :math:`x`; ``-inf`` for
+        allowed keys of the scaled and biased scores :math:`x`, in the
+        working dtype: float32 for float16 and bfloat16 input (as
+        FlashAttention returns it, since the log-sum-exp of scores that fit
+        float16 may not), else the dtype of `out`; ``-inf`` for
         a row with no allowed key. With `sinks` it is the log of the whole
         denominator, :math:`\log(e^{s_h} + \sum_j e^{x_{ij}})`, and
         :math:`s_h` for a row with no allowed key. Together with `out` it
@@ -336,7 +339,7 @@ def blockwise_attention(
     run_blocks(attend, starts, math.prod(batch) * n_scores)
     out = out.astype(p.out_dtype, copy=False)
     if return_lse:
-        return out, lse.astype(p.out_dtype, copy=False)
+        return out, lse  # in the working dtype: float32 for float16 and bfloat16, as FlashAttention returns it
     return out
 
 
@@ -371,10 +374,15 @@ def merge_attention(outs, lses, *, sinks=None):
     Returns
     -------
     out : ndarray, shape (..., L, Ev)
-        The merged output; zeros in rows where every `lses` entry is ``-inf``.
+        The merged output, in the dtype NumPy promotion gives `outs`
+        (bfloat16 with float16 gives float32); zeros in rows where every
+        `lses` entry is ``-inf``.
     lse : ndarray, shape (..., L)
         The merged log-sum-exp, :math:`\log \sum_i e^{\mathrm{lse}_i}`
-        (plus :math:`e^{s_h}` inside the log with `sinks`).
+        (plus :math:`e^{s_h}` inside the log with `sinks`), in the dtype
+        promotion gives `outs` and `lses` but at least float32, the dtype of
+        the `lse` that `blockwise_attention` returns for float16 and
+        bfloat16.
 
     Raises
     ------
@@ -460,8 +468,10 @@ def merge_attention(outs, lses, *, sinks=None):
             raise ValueError(f"every output must have the shape of outs[0], {shape}; got outs[{i}] {o.shape}")
         if s.shape != shape[:-1]:
             raise ValueError(f"lses[{i}] must have shape {shape[:-1]} (outs[{i}] without its last axis); got {s.shape}")
-    out_dtype, work_dtype = result_dtype(*outs, *lses)
-    lse_parts = np.stack(lses).astype(work_dtype, copy=False)  # (n, ..., L)
+    out_dtype = result_dtype(*outs)[0]
+    work_dtype = result_dtype(*outs, *lses)[1]  # at least float32; also the dtype of the merged lse
+    # Each part is cast before stacking: np.stack would promote bfloat16 with float16 by NumPy's rules (an error).
+    lse_parts = np.stack([s.astype(work_dtype, copy=False) for s in lses])  # (n, ..., L)
     if sinks is not None:
         # One more part: lse = s_h, output 0 (so it is left out of the weighted sum below).
         sinks = as_per_head(sinks, "sinks", shape[:-2], work_dtype)
@@ -478,4 +488,4 @@ def merge_attention(outs, lses, *, sinks=None):
         lse = np.full(shape[:-1], -np.inf, dtype=work_dtype)
         np.log(total, out=total, where=seen)
         np.add(shift, total, out=lse, where=seen)
-    return out.astype(out_dtype, copy=False), lse.astype(out_dtype, copy=False)
+    return out.astype(out_dtype, copy=False), lse

@@ -2,9 +2,11 @@
 
 import math
 import tracemalloc
+import warnings
 
 import numpy as np
 import pytest
+from conftest import require
 
 import attention_ref as ar
 
@@ -206,7 +208,7 @@ def test_low_precision_keeps_dtype_and_accuracy(rng, dtype, atol):
     q, k, v = (a.astype(dtype) for a in qkv(rng, (2,), (2,), 9, 13))
     out, lse = ar.blockwise_attention(q, k, v, block_size=4, is_causal=True, return_lse=True)
     assert out.dtype == dtype
-    assert lse.dtype == dtype
+    assert lse.dtype == np.float32  # float16's lse is float32, as FlashAttention returns it
     exact = ar.scaled_dot_product_attention(*(a.astype(np.float64) for a in (q, k, v)), is_causal=True)
     np.testing.assert_allclose(out.astype(np.float64), exact, rtol=0, atol=atol)
 
@@ -556,3 +558,37 @@ def test_window_work_grows_with_the_window_not_with_the_keys(rng, monkeypatch):
         ar.blockwise_attention(q, k, v, block_size=64, window=(128, 0))
         seen.append(counts.tiles)
     assert seen == [8 * 3 - 3, 32 * 3 - 3]
+
+
+def test_float16_lse_is_float32_and_merges_beyond_float16_range():
+    # Every score is 100 * 100 * 64 / 8 = 80000, above float16's largest 65504: an lse in float16 is +inf and
+    # merging two such parts gave NaN with an overflow warning. In float32 the two parts weigh equally.
+    q = np.full((2, 64), 100, np.float16)
+    v = np.arange(8, dtype=np.float16).reshape(2, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        parts = [ar.blockwise_attention(q, q[a : a + 1], v[a : a + 1], return_lse=True) for a in (0, 1)]
+        out, lse = ar.merge_attention([o for o, _ in parts], [s for _, s in parts])
+    assert all(s.dtype == np.float32 for _, s in parts)
+    np.testing.assert_array_equal(parts[0][1], [80000.0, 80000.0])
+    assert out.dtype == np.float16 and lse.dtype == np.float32
+    np.testing.assert_array_equal(out, [[2.0, 3.0, 4.0, 5.0]] * 2)
+    np.testing.assert_allclose(lse, 80000.0 + math.log(2.0), rtol=1e-7)
+
+
+def test_merge_of_float16_parts_keeps_float16_out_and_float32_lse():
+    out, lse = ar.merge_attention([np.ones((2, 1), np.float16)] * 2, [np.zeros(2, np.float16)] * 2)
+    assert out.dtype == np.float16
+    assert lse.dtype == np.float32
+    np.testing.assert_allclose(lse, math.log(2.0), rtol=1e-7)
+
+
+def test_merge_of_bfloat16_with_float16_promotes_to_float32():
+    # np.stack of the lses raised NumPy's DTypePromotionError; the attention functions (and JAX) give float32.
+    bf16 = require("ml_dtypes").bfloat16
+    ones = np.ones((2, 3, 4))
+    out, lse = ar.merge_attention([ones.astype(bf16), ones.astype(np.float16)], [np.zeros((2, 3), bf16)] * 2)
+    assert out.dtype == lse.dtype == np.float32
+    out, lse = ar.merge_attention([ones.astype(bf16)] * 2, [np.zeros((2, 3), bf16), np.zeros((2, 3), np.float16)])
+    assert out.dtype == bf16 and lse.dtype == np.float32
+    np.testing.assert_allclose(lse, np.log(2.0), rtol=1e-7)

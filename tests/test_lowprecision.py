@@ -95,6 +95,9 @@ def ident(a):
     return a
 
 
+#: Calls that return ``(out, lse)``.
+LSE_CALLS = {"blockwise", "merge_attention"}
+
 CALL_NAMES = [
     "softmax", "log_softmax", "logsumexp", "softmax-masked-row", "sdpa", "sdpa-causal-weights", "sdpa-mask-bias",
     "sdpa-gqa", "blockwise", "blockwise-bias", "merge_attention", "multi_head_attention", "split_heads",
@@ -111,6 +114,11 @@ def test_bfloat16_in_bfloat16_out_within_rounding(name, bf16):
         high = calls[name](to64)
     low = low if isinstance(low, tuple) else (low,)
     high = high if isinstance(high, tuple) else (high,)
+    if name in LSE_CALLS:  # the lse of bfloat16 input is float32, as FlashAttention returns it
+        (low, lse), (high, expected_lse) = low, high
+        assert lse.dtype == np.float32
+        np.testing.assert_allclose(to64(lse), expected_lse, rtol=2.0**-20, atol=2.0**-20)
+        low, high = (low,), (high,)
     for got, expected in zip(low, high, strict=True):
         assert_bf16_rounding_of(got, expected, bf16)
 
