@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validation import as_real_array, check_int, check_ndim, check_window
+from ._validation import as_real_array, check_int, check_ndim, check_window, result_dtype
 from .attention import scaled_dot_product_attention
 
 __all__ = ["KVCache", "decode_step"]
@@ -219,7 +219,8 @@ class KVCache:
             _check_fits(k, "k", self._k, "keys")
             _check_fits(v, "v", self._v, "values")
         t = k.shape[-2]
-        dtype = np.result_type(k, v) if self._k is None else np.result_type(self._k, k, v)
+        # The promotion of the attention functions: bfloat16 with float16 gives float32 (NumPy would raise).
+        dtype = result_dtype(k, v)[0] if self._k is None else result_dtype(self._k, k, v)[0]
         if self._k is None or self._end + t > self.capacity or dtype != self._k.dtype:
             # Doubling gives O(1) amortised copies per position; a window caps the buffers at about 2 max_len.
             limit = 2 * self.capacity if self._max_len is None else min(2 * self.capacity, 2 * self._max_len)

@@ -5,6 +5,7 @@ import math
 
 import numpy as np
 import pytest
+from conftest import require
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -380,3 +381,16 @@ def test_failed_option_check_leaves_cache_unchanged():
     with pytest.raises(ValueError, match=r"^sinks must broadcast"):
         ar.decode_step(np.ones((1, 1)), np.ones((1, 1)), np.ones((1, 1)), cache, sinks=np.zeros(3))
     assert len(cache) == 4
+
+
+def test_bfloat16_with_float16_promotes_to_float32_as_attention_does():
+    # NumPy has no promotion for this pair and raised DTypePromotionError; attention (and JAX) gives float32.
+    bf16 = require("ml_dtypes").bfloat16
+    ones = np.ones((2, 3, 4))
+    cache = ar.KVCache()
+    cache.append(ones.astype(bf16), ones.astype(np.float16))
+    assert cache.keys.dtype == cache.values.dtype == np.float32
+    cache = ar.KVCache(ones.astype(bf16), ones.astype(bf16))
+    out = ar.decode_step(*(ones[:, :1].astype(np.float16) for _ in range(3)), cache)
+    assert out.dtype == cache.keys.dtype == np.float32
+    np.testing.assert_array_equal(out, 1.0)
