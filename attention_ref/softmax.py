@@ -232,4 +232,6 @@ def log_softmax(x, axis=-1):
         # lse = -inf: all -inf slice, log of softmax's zeros. lse = +inf or
         # NaN: +inf or NaN in the slice, NaN throughout as in softmax.
         out = np.where(np.isfinite(lse), xw - lse, np.where(np.isneginf(lse), -np.inf, np.nan))
-    return out.astype(out_dtype, copy=False)
+    with np.errstate(over="ignore"):
+        # Computed in float32 for float16 input: a difference beyond float16's range rounds to -inf, as it should.
+        return out.astype(out_dtype, copy=False)

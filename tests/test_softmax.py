@@ -1,6 +1,7 @@
 """Unit tests for softmax, log_softmax and logsumexp."""
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -162,3 +163,12 @@ def test_plus_inf_gives_nan_slice_but_infinite_logsumexp():
     np.testing.assert_array_equal(softmax(x)[1], [0.5, 0.5])
     assert logsumexp(x)[0] == np.inf
     assert logsumexp(np.array([np.inf, -np.inf])) == np.inf
+
+
+def test_log_softmax_float16_beyond_its_range_rounds_to_minus_inf_without_warning():
+    # Computed in float32 as softmax is: 60000 - (-60000) = 120000 exceeds float16's range and rounds to -inf.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = log_softmax(np.array([60000, -60000], np.float16))
+    assert out.dtype == np.float16
+    np.testing.assert_array_equal(out, [0.0, -np.inf])
