@@ -202,6 +202,17 @@ def check_window(window, name: str = "window") -> tuple[int | None, int | None]:
     return left, right
 
 
+def check_fits_dtype(value, name: str, dtype) -> None:
+    """Raise ValueError if the finite `value` (a number or array) has a magnitude beyond `dtype`'s largest float."""
+    largest = float(np.finfo(dtype).max)
+    biggest = float(np.max(np.abs(value), initial=0.0))
+    if biggest > largest:
+        raise ValueError(
+            f"{name} overflows the working dtype {np.dtype(dtype)}: got a magnitude of {biggest:g}, "
+            f"above its largest finite value {largest:g}"
+        )
+
+
 def as_per_head(values, name: str, batch_shape: tuple[int, ...], dtype) -> np.ndarray:
     """Return finite per-head `values` in `dtype`, checked to broadcast to `batch_shape` (the scores' ``(..., H)``).
 
@@ -218,6 +229,7 @@ def as_per_head(values, name: str, batch_shape: tuple[int, ...], dtype) -> np.nd
             f"{name} must broadcast to the batch and head axes of the scores, {tuple(batch_shape)} "
             f"(a 1-D array holds one value per head); got shape {arr.shape}"
         )
+    check_fits_dtype(arr, name, dtype)
     return arr.astype(dtype, copy=False)
 
 

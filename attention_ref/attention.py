@@ -15,6 +15,7 @@ from ._validation import (
     broadcast_shapes,
     check_bool,
     check_choice,
+    check_fits_dtype,
     check_generator,
     check_ndim,
     check_positive_real,
@@ -257,11 +258,13 @@ def prepare_attention(
         scale = 1.0 / math.sqrt(E)
     else:
         scale = check_real(scale, "scale")
+        check_fits_dtype(scale, "scale", work_dtype)
 
     check_choice(causal_alignment, "causal_alignment", ALIGNMENTS)
     window = _window_with_causal(window, is_causal)
     if softcap is not None:
         softcap = check_positive_real(softcap, "softcap")
+        check_fits_dtype(softcap, "softcap", work_dtype)
     heads = score_shape[:-2]  # (..., H): what per-head slopes and sinks must broadcast to
     if alibi_slopes is not None:
         alibi_slopes = as_per_head(alibi_slopes, "alibi_slopes", heads, work_dtype)[..., None, None]
@@ -389,8 +392,10 @@ def scaled_dot_product_attention(
         under `enable_gqa`, `alibi_slopes` or `sinks` do not broadcast to
         the batch and head axes of the scores; if `causal_alignment` is
         unknown, `dropout_p` is outside [0, 1), `softcap` is not finite and
-        > 0, a side of `window` is negative (or it is not of length 2), or
-        `alibi_slopes` or `sinks` hold NaN or an infinity.
+        > 0, a side of `window` is negative (or it is not of length 2),
+        `alibi_slopes` or `sinks` hold NaN or an infinity, or `scale`,
+        `softcap`, `alibi_slopes` or `sinks` overflow the working dtype
+        (float32 for float16, bfloat16 and float32 input).
 
     See Also
     --------

@@ -1,6 +1,7 @@
 """Unit tests for scaled_dot_product_attention: every documented convention."""
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -907,3 +908,17 @@ def test_thread_count_does_not_change_the_result_with_options(monkeypatch, rng, 
     expected, _, _ = options_reference(reference_attention, q, k, v, **options)
     np.testing.assert_allclose(scaled_dot_product_attention(q, k, v, **options), expected, rtol=0, atol=1e-13)
     np.testing.assert_allclose(blockwise_attention(q, k, v, block_size=128, **options), expected, rtol=0, atol=1e-13)
+
+
+@pytest.mark.parametrize(
+    ("name", "value"), [("scale", 1e39), ("softcap", 1e39), ("sinks", 1e39), ("alibi_slopes", [-1e39])]
+)
+def test_option_beyond_float32_range_is_a_value_error(name, value):
+    # Finite as a Python float but infinite in float32: it gave an overflow warning or silent NaN.
+    q = np.ones((1, 2, 3), np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match=rf"^{name} overflows the working dtype float32"):
+            scaled_dot_product_attention(q, q, q, **{name: value})
+        # float64 input works in float64, where the value fits.
+        assert np.isfinite(scaled_dot_product_attention(q.astype(np.float64), q, q, **{name: value})).all()

@@ -592,3 +592,10 @@ def test_merge_of_bfloat16_with_float16_promotes_to_float32():
     out, lse = ar.merge_attention([ones.astype(bf16)] * 2, [np.zeros((2, 3), bf16), np.zeros((2, 3), np.float16)])
     assert out.dtype == bf16 and lse.dtype == np.float32
     np.testing.assert_allclose(lse, np.log(2.0), rtol=1e-7)
+
+
+def test_merge_sinks_beyond_float32_range_is_a_value_error():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match=r"^sinks overflows the working dtype float32"):
+            ar.merge_attention([np.ones((2, 1), np.float32)], [np.zeros(2, np.float32)], sinks=1e39)
