@@ -25,14 +25,14 @@ _NARROW_FLOAT_PREFIXES = ("float8_", "float6_", "float4_")
 _NUMPY_FLOAT_TYPES = (np.float16, np.float32, np.float64, np.longdouble)
 
 
+def _extension_name(dtype: np.dtype) -> str:
+    """``dtype.name``, read only for a dtype that is not one of NumPy's own floats ("" for those: see above)."""
+    return "" if dtype.type in _NUMPY_FLOAT_TYPES else dtype.name
+
+
 def is_bfloat16(dtype) -> bool:
     """Whether `dtype` is bfloat16 (ml_dtypes', the NumPy dtype JAX uses), told without importing ml_dtypes."""
-    return (
-        isinstance(dtype, np.dtype)
-        and dtype.type not in _NUMPY_FLOAT_TYPES
-        and dtype.name == "bfloat16"
-        and dtype.itemsize == 2
-    )
+    return isinstance(dtype, np.dtype) and _extension_name(dtype) == "bfloat16" and dtype.itemsize == 2
 
 
 def bfloat16_dtype() -> np.dtype:
@@ -48,7 +48,7 @@ def bfloat16_dtype() -> np.dtype:
 
 def _reject_narrow_float(dtype: np.dtype, name: str) -> None:
     """Raise TypeError for 8-bit and narrower ml_dtypes floats: storage formats, upcast exactly first."""
-    if dtype.type not in _NUMPY_FLOAT_TYPES and dtype.name.startswith(_NARROW_FLOAT_PREFIXES):
+    if _extension_name(dtype).startswith(_NARROW_FLOAT_PREFIXES):
         raise TypeError(
             f"{name} has dtype {dtype}, a storage format attention_ref does not compute in; "
             f"convert it first (exactly) with .astype(numpy.float32) or to bfloat16"

@@ -391,9 +391,8 @@ def test_a_book_with_a_repository_links_binder_and_colab(tmp_path):
     for page in (text, nb, bare):
         assert 'class="btn btn-sm btn-live-code' in page and "Live code" in page
         assert '"spec": "gh/example/book/stable"' in page
-    # The downloaded notebook's setup cell installs the package from the repository the build knows.
-    setup = json.loads((out / "_sources" / "text.ipynb").read_text())["cells"][0]["source"]
-    assert "'attention_ref @ git+https://github.com/example/book.git@stable'" in "".join(setup)
-    # The downloadable notebook is the book's (a setup cell first), not the theme's raw copy.
+    # The downloadable notebook is the book's (a setup cell first), not the theme's raw copy; its setup cell
+    # installs the package from the repository the build knows.
     download = json.loads((out / "_sources" / "text.ipynb").read_text())
     assert download["cells"][0]["metadata"]["tags"] == ["setup"]
+    assert "'attention_ref @ git+https://github.com/example/book.git@stable'" in "".join(download["cells"][0]["source"])

@@ -66,30 +66,37 @@ def _recorded_install(path):
         return None
 
 
-def stale(target=TARGET, docs=DOCS):
-    """Files under `target` that differ from their chapter (missing, changed or left over), with what each should hold
-    (None: remove)."""
+def _expected(target, docs, install_for):
+    """``{path under target: text}`` for every chapter under `docs`, and the notebooks under `target` that are
+    no chapter's (left over); `install_for(path)` gives the requirement to write into the file at `path`."""
     expected = {}
     for page, source in sources(docs).items():
         path = target / f"{page}.ipynb"
-        expected[path] = launch_notebook(source, _recorded_install(path), docs)
+        expected[path] = launch_notebook(source, install_for(path), docs)
     existing = set(target.rglob("*.ipynb")) if target.is_dir() else set()
+    return expected, existing - set(expected)
+
+
+def stale(target=TARGET, docs=DOCS):
+    """Files under `target` that differ from their chapter (missing, changed or left over), with what each should hold
+    (None: remove). Each is rebuilt with the requirement it records."""
+    expected, left_over = _expected(target, docs, _recorded_install)
     out = {path: text for path, text in expected.items()
            if not path.is_file() or path.read_text(encoding="utf-8") != text}
-    out.update({path: None for path in existing - set(expected)})
+    out.update({path: None for path in left_over})
     return out
 
 
 def write(target=TARGET, docs=DOCS, install=None):
-    """Write every chapter's notebook under `target` with attention_ref's pip requirement `install`."""
-    pages = sources(docs)
-    for page, source in pages.items():
-        path = target / f"{page}.ipynb"
+    """Write every chapter's notebook under `target` with attention_ref's pip requirement `install`, and remove the
+    left-over ones; the paths written."""
+    expected, left_over = _expected(target, docs, lambda path: install)
+    for path, text in expected.items():
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(launch_notebook(source, install, docs), encoding="utf-8")
-    for path in set(target.rglob("*.ipynb")) - {target / f"{page}.ipynb" for page in pages}:
+        path.write_text(text, encoding="utf-8")
+    for path in left_over:
         path.unlink()
-    return pages
+    return list(expected)
 
 
 def main(argv=None):

@@ -65,8 +65,11 @@ class StaticHandler(http.server.SimpleHTTPRequestHandler):
 
     protocol_version = "HTTP/1.1"  # keep-alive: a page's many assets reuse one connection
 
+    def cache_control(self):
+        return "no-cache"
+
     def end_headers(self):
-        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Cache-Control", self.cache_control())
         super().end_headers()
 
     def guess_type(self, path):
@@ -99,11 +102,9 @@ class BookHandler(StaticHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def end_headers(self):
-        if self.path.split("?")[0] == CONFIG_PATH:  # the token: never stored
-            self.send_header("Cache-Control", "no-store")
-            return http.server.SimpleHTTPRequestHandler.end_headers(self)
-        return super().end_headers()
+    def cache_control(self):
+        # The configuration holds the token: never stored.
+        return "no-store" if self.path.split("?")[0] == CONFIG_PATH else super().cache_control()
 
 
 def _free_port() -> int:

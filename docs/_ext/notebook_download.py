@@ -81,14 +81,9 @@ def install_spec(repository_url, branch):
     return f"attention_ref @ git+{repository_url.rstrip('/')}.git@{branch or 'main'}"
 
 
-def _imported(notebook):
-    """Top-level names of the modules the notebook's code cells import."""
-    names = set()
-    for cell in notebook.get("cells", []):
-        if cell.get("cell_type") == "code":
-            source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
-            names.update(re.findall(r"^\s*(?:import|from)\s+([A-Za-z_]\w*)", source, flags=re.MULTILINE))
-    return names
+def _imported(source):
+    """Top-level names of the modules the code `source` imports."""
+    return set(re.findall(r"^\s*(?:import|from)\s+([A-Za-z_]\w*)", source, flags=re.MULTILINE))
 
 
 def _setup_cell(install, others):
@@ -108,11 +103,12 @@ def _embedded(source):
 
 def runnable_anywhere(notebook, install=None):
     """The notebook with a setup check first (installing from `install` in Colab) and repository files embedded."""
+    imported = set()
     for cell in notebook.get("cells", []):
         if cell.get("cell_type") == "code":
             source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
             cell["source"] = _embedded(source)
-    imported = _imported(notebook)
+            imported |= _imported(source)
     others = {name: spec for name, spec in OPTIONAL.items() if name in imported}
     notebook["cells"] = [_setup_cell(install, others), *notebook.get("cells", [])]
     return notebook
