@@ -219,8 +219,8 @@ class BookHandler(StaticHandler):
         path, _, query = self.path.partition("?")
         if path == CONFIG_PATH:
             return self._config()
-        keys = urllib.parse.parse_qs(query).get("key")
-        if keys:
+        keys = urllib.parse.parse_qs(query, keep_blank_values=True).get("key")
+        if keys is not None:
             return self._login(path, query, keys[0])
         return super().do_GET()
 
@@ -238,7 +238,8 @@ class BookHandler(StaticHandler):
                             "Live code: open the newest link that `make serve` printed in its terminal. "
                             "Each link works once; the book itself reads without one.")
             return
-        rest = urllib.parse.urlencode([(k, v) for k, v in urllib.parse.parse_qsl(query) if k != "key"])
+        rest = urllib.parse.urlencode([(k, v) for k, v in urllib.parse.parse_qsl(query, keep_blank_values=True)
+                                       if k != "key"])
         self.send_response(303)
         self.send_header("Location", path + (f"?{rest}" if rest else ""))
         if session is not None:
