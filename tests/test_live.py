@@ -46,7 +46,8 @@ def live():
         _missing(f"the built book ({SITE}; run `make docs`)")
 
     class Handler(AxeBesideTheSite, module.BookHandler):  # axe-core beside the book, as test_site serves it
-        pass
+        def log_request(self, code="-", size="-"):  # what the server answered, for the tests to see
+            answered.append((self.path, int(code), dict(self.headers)))
 
     with module.LiveServer(SITE, handler=Handler, announce=printed.append) as server:
         printed.append(server.login_url)  # as `make serve` prints it when it starts
@@ -54,6 +55,7 @@ def live():
 
 
 printed: list[str] = []  # the login links the server has printed, newest last
+answered: list[tuple[str, int, dict]] = []  # (target, status, request headers) of each request the server answered
 
 
 def _let_in(seen, live):
@@ -624,7 +626,7 @@ window.attack = (async () => {
   let token = TOKEN;
   try { token = JSON.parse(found.config).token || token; } catch (error) {}
   found.socket = await new Promise((resolve) => {
-    const socket = new WebSocket(`${KERNEL}api/kernels/${KERNEL_ID}/channels?token=${token}`);
+    const socket = new WebSocket(KERNEL + "api/kernels/" + KERNEL_ID + "/channels?token=" + token);
     socket.onopen = () => resolve("open");
     socket.onerror = () => resolve("refused");
   });
@@ -634,8 +636,10 @@ window.attack = (async () => {
 
 
 def _attack_page(config, live, kernel, token):
+    """The attacker's page: fetch `config`, then open `kernel`'s WebSocket with the token read there, else `token`."""
+    socket = live.kernel_url.replace("http:", "ws:")
     return (ATTACK.replace("CONFIG", json.dumps(config)).replace("TOKEN", json.dumps(token))
-            .replace("KERNEL_ID", kernel).replace("KERNEL", live.kernel_url.replace("http:", "ws:")))
+            .replace("KERNEL_ID", json.dumps(kernel)).replace("KERNEL", json.dumps(socket)))
 
 
 def _a_kernel(live):
@@ -668,15 +672,17 @@ def test_a_page_on_another_loopback_port_gets_nothing(browser, live):
     attacker = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Attacker)
     threading.Thread(target=attacker.serve_forever, daemon=True).start()
     seen = Visit(browser, "about:blank", "light")
-    answers = []
-    seen.page.on("response", lambda r: "_live/config.json" in r.url and answers.append(r.status))
     try:
         _let_in(seen, live)
+        answered.clear()
         seen.page.goto(f"http://127.0.0.1:{attacker.server_address[1]}/attack.html")
         found = seen.page.evaluate("window.attack")
         assert found["config"] == "blocked" and found["opaque"] == 0, found
         assert found["socket"] == "refused", found
-        assert answers == [403, 403], answers
+        # Both fetches reached the book server with the reader's cookie, and it refused them.
+        asked = [(status, headers) for target, status, headers in answered if target == "/_live/config.json"]
+        assert [status for status, _ in asked] == [403, 403], asked
+        assert all("attention_ref_live" in headers.get("Cookie", "") for _, headers in asked), asked
     finally:
         seen.close()
         attacker.shutdown()
