@@ -566,22 +566,37 @@ def test_make_serve_prints_a_working_link(tmp_path):
     if not (SITE / CHAPTER).is_file():
         _missing(f"the built book ({SITE}; run `make docs`)")
     ext_module("_live_server", "jupyter_server")
+    import queue
+
     process = subprocess.Popen([sys.executable, str(EXT / "_live_server.py"), "--port", "0", str(SITE)],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: queue.Queue[str] = queue.Queue()
+    reader = threading.Thread(target=lambda: [lines.put(line) for line in process.stdout], daemon=True)
+    reader.start()
+
+    def printed_link():
+        """The next link the program prints (within READY ms)."""
+        seen = []
+        while True:
+            try:
+                seen.append(lines.get(timeout=READY / 1000))
+            except queue.Empty:
+                raise AssertionError(f"no login link printed; it printed {seen}") from None
+            found = re.search(r"http://127\.0\.0\.1:\d+/\?key=[\w-]+", seen[-1])
+            if found:
+                return found.group(0)
+
     try:
-        lines = []
-        while not any("?key=" in line for line in lines):
-            lines.append(process.stdout.readline())
-            assert lines[-1], "".join(lines)
-        link = re.search(r"http://127\.0\.0\.1:\d+/\?key=\S+", lines[-1]).group(0)
+        link = printed_link()
         with urllib.request.urlopen(link, timeout=30) as response:  # follows the redirect, without the cookie jar
             assert response.url == link.split("?")[0]
-        fresh = process.stdout.readline()
-        assert "?key=" in fresh and link not in fresh, fresh
+        fresh = printed_link()
+        assert fresh != link
         assert _http(link)[0] == 403
     finally:
         process.terminate()
         process.wait(30)
+        reader.join(30)  # it has read to the end
         process.stdout.close()
 
 
