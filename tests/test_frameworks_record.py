@@ -7,7 +7,10 @@ what that live run writes with the committed record: the same cases, the same co
 word for word, and every difference within a factor of ten of the recorded one (rounding differs between
 machines and BLAS builds; a changed convention moves a difference by many orders of magnitude).
 
-Without torch or jax it skips locally and fails in CI (``require``). To renew the record after a deliberate
+Without torch or jax it skips locally and fails in CI (``require``). The page also imports ``IPython.display`` and
+``myst_nb`` (the book's display layer, in the ``docs`` extra, not the ``test`` one): where they are missing the
+script runs with stand-ins that print what the page would display (see ``STAND_INS``); the results compared come
+from the page's own computations either way. To renew the record after a deliberate
 change, run the page's code with ``FRAMEWORKS_RECORD=docs/chapters/frameworks_record.json`` (``python
 tests/test_frameworks_record.py`` does that).
 """
@@ -44,17 +47,34 @@ def page_code(text):
     return "\n\n".join(cells) + "\n"
 
 
-def run_page(target=None, *, hide_frameworks=False):
+#: Where IPython or myst-nb is missing, ``display(Markdown(text))`` and ``glue(name, value)`` print (glue only
+#: when it would display), as a chapter's glue does without myst-nb; the page's computations are untouched.
+STAND_INS = """\
+import importlib.util, sys, types
+if importlib.util.find_spec("IPython") is None:
+    _display = types.ModuleType("IPython.display")
+    _display.Markdown, _display.display = str, print
+    sys.modules["IPython"], sys.modules["IPython.display"] = types.ModuleType("IPython"), _display
+if importlib.util.find_spec("myst_nb") is None:
+    _myst_nb = types.ModuleType("myst_nb")
+    _myst_nb.glue = lambda name, value, display=True: print(value) if display else None
+    sys.modules["myst_nb"] = _myst_nb
+"""
+
+
+def run_page(target=None, *, hide_frameworks=False, hide=()):
     """Run the page's code in a fresh interpreter, in docs/chapters/ as the book does; return what it printed.
 
     With `target`, the live run records its results there. With `hide_frameworks`, torch and jax look
-    uninstalled (``find_spec`` returns None for a module set to None in ``sys.modules``), as under ``make docs``.
+    uninstalled (``find_spec`` returns None for a module set to None in ``sys.modules``), as under ``make docs``;
+    the modules named in `hide` look uninstalled in the same way.
     """
     env = {**os.environ, "MPLBACKEND": "Agg", "JAX_PLATFORMS": "cpu"}
     env.pop("FRAMEWORKS_RECORD", None)
     if target is not None:
         env["FRAMEWORKS_RECORD"] = str(target)
-    prelude = "import sys\nsys.modules['torch'] = sys.modules['jax'] = None\n" if hide_frameworks else ""
+    hidden = [*hide, *(("torch", "jax") if hide_frameworks else ())]
+    prelude = "import sys\n" + "".join(f"sys.modules[{name!r}] = None\n" for name in hidden) + STAND_INS
     result = subprocess.run(
         [sys.executable, "-c", prelude + page_code(PAGE.read_text(encoding="utf-8"))],
         cwd=CHAPTERS, env=env, capture_output=True, text=True, timeout=600, check=False,
@@ -109,10 +129,17 @@ def test_record_matches_a_live_run(tmp_path):
 
 def test_page_runs_from_the_record_without_frameworks():
     """The make-docs path: no torch, no jax; every check on the page passes on the record's results."""
-    require("myst_nb")
     printed = run_page(hide_frameworks=True)
     recorded = json.loads(RECORD.read_text(encoding="utf-8"))["versions"]
     assert f"PyTorch {recorded['torch']}, JAX {recorded['jax']}: the framework results below are recorded" in printed
+
+
+def test_page_runs_with_only_the_test_extra():
+    """Without IPython and myst-nb (the ``test`` extra has neither) the stand-ins let the page's code run and print
+    what it would display."""
+    printed = run_page(hide_frameworks=True, hide=("IPython", "IPython.display", "myst_nb"))
+    assert "the framework results below are recorded" in printed
+    assert "PyTorch" in printed and "<IPython" not in printed
 
 
 def test_selftest_a_changed_record_is_caught():
