@@ -5,17 +5,17 @@ every combined component, SVG and MathML builds, the Node.js entry point ...), w
 combined component, ``tex-chtml.js`` (``mathjax_path`` in conf.py), which already holds the loader, the TeX
 input with its core packages, the CommonHTML output, the menu and assistive MathML. After the copy (the
 package's ``build-finished`` handler, and ``early_assets``' early call of it), every file is removed except
-what that component's loader may still request, each for a reason (``KEEP``):
+what that component's loader names and may still request, each for a reason (``KEEP``):
 
 - the CommonHTML fonts its stylesheet names (a browser fetches those whose glyphs a page shows);
-- the TeX packages ``autoload`` and ``\\require`` fetch on first use of one of their macros (except those
-  ``tex-chtml.js`` preloads);
+- the TeX packages ``autoload`` and ``\\require`` fetch on first use (all but those ``tex-chtml.js`` holds);
 - what the reader can switch on in MathJax's context menu: the SVG renderer (``output/svg`` and its font), and
   the accessibility tools (the explorer, complexity and semantic enrichment, which loads the MathML input, and
   the speech rule engine with its locale maps, in any of the languages the menu offers).
 
-The kept set is written out here for MathJax 3.2.2; ``tests/test_site.py`` derives it independently from
-``tex-chtml.js``'s own dependency table and checks that math renders in Chromium with no failed request.
+The kept set is written out here for MathJax 3.2.2. ``tests/test_mathjax_prune.py`` derives it apart, from the
+names the shipped scripts hold, and ``tests/test_site.py`` checks in Chromium that math renders and the menu's
+components load with no failed request.
 
 Public API only: the ``build-finished`` event (after sphinx-mathjax-offline's handler, priority 900).
 Verified with sphinx-mathjax-offline 0.0.2 (MathJax 3.2.2) and Sphinx 9.0.4.
@@ -34,18 +34,22 @@ PRELOADED_TEX = ("ams", "newcommand", "noundefined", "require", "autoload", "con
 # Paths under _static/mathjax/ (fnmatch patterns) that tex-chtml.js's loader may request.
 KEEP = (
     "tex-chtml.js",  # the component the pages load
-    "output/chtml/fonts/woff-v2/*.woff",  # CommonHTML's fonts
-    "input/tex/extensions/*.js",  # TeX packages loaded by autoload or \require (minus PRELOADED_TEX)
+    "output/chtml/fonts/woff-v2/*.woff",  # CommonHTML's fonts (but UNNAMED_FONTS)
+    "input/tex/extensions/*.js",  # TeX packages loaded by autoload or \require (but PRELOADED_TEX)
     "output/svg.js", "output/svg/fonts/tex.js",  # menu: Math Renderer > SVG
     "a11y/explorer.js", "a11y/complexity.js", "a11y/semantic-enrich.js", "a11y/sre.js",  # menu: Accessibility
-    "input/mml.js", "input/mml/*",  # the MathML input semantic enrichment loads
+    "input/mml.js",  # the MathML input semantic enrichment loads
     "sre/mathmaps/*.json",  # the speech rule engine's rules, per locale
 )
+# A font file of the distribution that no CommonHTML font class of tex-chtml.js names.
+UNNAMED_FONTS = ("MathJax_Math-Regular.woff",)
 
 
 def kept(relative):
     """Whether the file at posix path `relative` (under ``_static/mathjax/``) may be requested by the pages."""
     if relative in {f"input/tex/extensions/{name}.js" for name in PRELOADED_TEX}:
+        return False
+    if relative in {f"output/chtml/fonts/woff-v2/{name}" for name in UNNAMED_FONTS}:
         return False
     return any(fnmatchcase(relative, pattern) for pattern in KEEP)
 
