@@ -1,4 +1,4 @@
-"""The notebooks carry the book's text: no MyST markup in any notebook's Markdown (``docs/_ext/notebook_markdown.py``).
+"""The notebooks carry the book's text: no MyST markup in a notebook's Markdown (``docs/_ext/_notebook_markdown.py``).
 
 Every downloaded notebook of the built site (``BOOK_SITE`` or ``docs/_build/html``, ``_sources/**/*.ipynb``) and
 every committed notebook (``notebooks/``) is scanned for what only MyST understands: roles, directive fences,
@@ -95,7 +95,7 @@ def test_the_scan_finds_markup_left_in_a_copy():
 
 @pytest.fixture(scope="module")
 def nm():
-    return ext_module("notebook_markdown", "myst_nb")
+    return ext_module("_notebook_markdown", "myst_nb")
 
 
 PNG = base64.b64encode(b"\x89PNG fake").decode()
@@ -196,3 +196,43 @@ def test_every_downloaded_notebook_shows_the_books_figures_and_numbers():
         assert len(re.findall(r"!\[[^\]]+\]\(data:image/png;base64,", markdown)) == figures, path.name
         solutions = [cell for cell in notebook["cells"] if "hide-cell" in cell["metadata"].get("tags", [])]
         assert all(cell["metadata"]["jupyter"]["source_hidden"] for cell in solutions), path.name
+
+
+@pytest.mark.docs
+def test_a_built_notebook_links_the_hosted_pages(tmp_path):
+    """A tiny book built with the site's address known (``html_baseurl``): its downloaded notebook carries the
+    glued value, a glued figure, links to the hosted pages and to Python's documentation, and no MyST."""
+    import subprocess
+    import sys
+
+    ext, inventory = ROOT / "docs" / "_ext", ROOT / "docs" / "_inventories" / "python.inv"
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "conf.py").write_text(
+        f"import sys\nsys.path.insert(0, {str(ext)!r})\n"
+        "extensions = ['myst_nb', 'sphinx.ext.intersphinx', 'notebook_download']\n"
+        f"intersphinx_mapping = {{'python': ('https://docs.python.org/3', {str(inventory)!r})}}\n"
+        "html_baseurl = 'https://book.example/en/latest/'\n"
+        "myst_enable_extensions = ['colon_fence', 'dollarmath']\n"
+        f"nb_execution_mode = 'cache'\nnb_execution_cache_path = {str(tmp_path / 'cache')!r}\n"
+        "exclude_patterns = ['_build']\n")
+    (docs / "index.md").write_text("# Book\n\n```{toctree}\nch\n```\n")
+    (docs / "ch.md").write_text(
+        "---\nfile_format: mystnb\nkernelspec:\n  name: python3\n  display_name: Python 3\n---\n\n(ch-one)=\n# One\n\n"
+        "```{code-cell} ipython3\nimport matplotlib.pyplot as plt\n"
+        "from myst_nb import glue\nglue('x', 3.14159, display=False)\nfig, ax = plt.subplots()\n"
+        "glue('fig', fig, display=False)\nplt.close(fig)\n```\n\n"
+        "Pi is {glue:text}`x:.2f` ($\\pi$); see {ref}`ch-one`, {doc}`index` and {func}`len`.\n\n"
+        ":::{note}\nA note.\n:::\n\n```{glue:figure} fig\n:alt: An empty plot.\n\nIts caption.\n```\n")
+    result = subprocess.run([sys.executable, "-m", "sphinx", "-q", "-b", "html", str(docs), str(tmp_path / "html")],
+                            capture_output=True, text=True, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    notebook = json.loads((tmp_path / "html" / "_sources" / "ch.ipynb").read_text())
+    markdown = "\n\n".join(_source(cell) for cell in notebook["cells"] if cell["cell_type"] == "markdown")
+    assert myst_left(notebook) == []
+    assert ("Pi is 3.14 ($\\pi$); see [One](https://book.example/en/latest/ch.html#ch-one), "
+            "[Book](https://book.example/en/latest/index.html) and "
+            "[`len()`](https://docs.python.org/3/library/functions.html#len).") in markdown, markdown
+    assert "> **Note**\n>\n> A note." in markdown
+    assert re.search(r"!\[An empty plot\.\]\(data:image/png;base64,[A-Za-z0-9+/=]{100,}\)\n\nIts caption\.", markdown)
+    assert notebook["metadata"]["attention_ref"]["source"] == "docs/ch.md"

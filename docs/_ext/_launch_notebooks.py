@@ -6,7 +6,7 @@ Binder opens as text. So the repository carries each chapter as a notebook, ``no
 
 Each is made from the chapter's downloadable notebook in the built site (``docs/_build/html/_sources/``, written
 by ``notebook_download``), so it carries the same text: Markdown in which the glued numbers are written in, the
-figures embedded and the cross-references made links (``notebook_markdown``). The values glued by the chapter's
+figures embedded and the cross-references made links (``_notebook_markdown``). The values glued by the chapter's
 code exist only once it has run, and the build is where it runs (and caches the run): reading them anywhere else
 would run the chapters a second time, or reimplement the build's reading of them. From the downloaded notebook
 the outputs and execution counts are dropped (nothing has run in the reader's kernel) and the setup cell is

@@ -6,20 +6,28 @@ Corrects three things about the notebook MyST-NB leaves in ``jupyter_execute/``:
 the jupyter cache, the file has none (they are merged back from the cache here); cell ids are random (they
 are numbered here); and execution counts are null for cached outputs (the code cells are numbered in order,
 as one top-to-bottom run would have). Streams are joined exactly (``exact_streams.merge_streams``).
+Corrects one thing about its Markdown: it is the chapter's MyST source, which no notebook front end renders;
+``_notebook_markdown.for_readers`` writes the glued values in, makes roles links (to the hosted pages when the
+site's address is known: ``html_baseurl``, else Read the Docs' ``READTHEDOCS_CANONICAL_URL``), admonitions
+blockquotes and glued figures embedded images, and collapses the hidden solution cells. The notebook records the
+chapter it was built from and that file's SHA-256 (``metadata.attention_ref``), which ``_launch_notebooks``
+checks before it makes the committed notebooks from it.
 
 Adds what a notebook needs to run outside the repository (``runnable_anywhere``, also used for the committed
 notebooks of ``_launch_notebooks``): a first cell that checks ``attention_ref`` (and ``ml_dtypes`` where the
 chapter imports it) can be imported, installs what is missing when it runs in Colab and the repository is known
 (from the theme's ``repository_url`` and ``repository_branch``, which ``live_code`` sets), and otherwise prints
-the ``%pip install`` line and raises; a stand-in for ``myst_nb.glue`` that shows the value where myst-nb is
-missing; and the files a chapter reads from the repository (``EMBEDDED``: the benchmark and frameworks records)
+the ``%pip install`` line and raises; a stand-in for ``myst_nb.glue`` where myst-nb is missing, which shows a
+value only when asked to (``display=True``), as ``glue`` does outside the book (the values the prose uses are
+already written into its Markdown); and the files a chapter reads from the repository (``EMBEDDED``: the benchmark and frameworks records)
 carried in the notebook, the expression that reads one replaced by its content as a Python literal. The file is
 written after the theme's launch buttons (priority 502), which copy MyST-NB's raw notebook to the same place
 when configured.
 
 Public API only: the ``html-page-context`` event (named before the theme builds its buttons, priority 500;
-written after them, 502) and
-jupyter-cache's ``merge_match_into_notebook``. Verified with Sphinx 9.0.4, sphinx-book-theme 1.4.0,
+written after them, 502), jupyter-cache's ``merge_match_into_notebook``, and for the links and included files
+the standard and Python domains' data, ``env.titles``, intersphinx's ``InventoryAdapter`` and Sphinx's
+``LiteralIncludeReader``. Verified with Sphinx 9.0.4, sphinx-book-theme 1.4.0,
 MyST-NB 1.4.0 and jupyter-cache 1.0.1.
 """
 
@@ -36,7 +44,7 @@ from pathlib import Path
 import nbformat
 from exact_streams import merge_streams
 from jupyter_cache import get_cache
-from notebook_markdown import Book, for_readers, glue_values
+from _notebook_markdown import Book, for_readers, glue_values
 from sphinx.directives.code import LiteralIncludeReader
 from sphinx.ext.intersphinx import InventoryAdapter
 

@@ -21,10 +21,12 @@ would see. Code cells the book hides (``hide-cell``, ``hide-input`` tags) get ``
 ``hide-output`` ``jupyter.outputs_hidden``), so exercise solutions open collapsed.
 
 Used by ``notebook_download`` for every downloaded notebook; the committed notebooks of ``_launch_notebooks``
-are made from those, so both carry the same text. The links and includes come from a ``Book`` that
-``notebook_download`` fills from the Sphinx environment through public API (the standard and Python domains'
-``resolve_any_xref``-free data: ``std`` labels, ``env.titles``, ``py`` objects, intersphinx's
-``InventoryAdapter``) and Sphinx's ``LiteralIncludeReader``. Verified with Sphinx 9.0.4 and MyST-NB 1.4.0.
+are made from those, so both carry the same text. The values, links and includes come from a ``Book`` that
+``notebook_download`` fills: the values from the executed notebook's glue outputs as the jupyter cache holds
+them (MyST-NB drops the ``display=False`` ones from the notebook it writes), the links from the Sphinx
+environment (``std`` labels, ``env.titles``, ``py`` objects, intersphinx's ``InventoryAdapter``), the includes
+through Sphinx's ``LiteralIncludeReader``. Uses MyST-NB's ``format_plain_text`` (how ``{glue:text}`` formats a
+value). Verified with Sphinx 9.0.4 and MyST-NB 1.4.0.
 """
 
 from __future__ import annotations
@@ -92,7 +94,8 @@ def _text(value):
 
 def _glued(book, name):
     if name not in book.glue:
-        raise UnknownMarkup(f"{book.page}: no value glued as {name!r}")
+        raise UnknownMarkup(f"{book.page}: no value glued as {name!r} in the executed notebook (MyST-NB keeps the "
+                            "values glued with display=False only in its cache: nb_execution_mode must be 'cache')")
     return book.glue[name]
 
 
