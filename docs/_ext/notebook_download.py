@@ -19,10 +19,10 @@ chapter imports it) can be imported, installs what is missing when it runs in Co
 (from the theme's ``repository_url`` and ``repository_branch``, which ``live_code`` sets), and otherwise prints
 the ``%pip install`` line and raises; a stand-in for ``myst_nb.glue`` where myst-nb is missing, which shows a
 value only when asked to (``display=True``), as ``glue`` does outside the book (the values the prose uses are
-already written into its Markdown); and the files a chapter reads from the repository (``EMBEDDED``: the benchmark and frameworks records)
-carried in the notebook, the expression that reads one replaced by its content as a Python literal. The file is
-written after the theme's launch buttons (priority 502), which copy MyST-NB's raw notebook to the same place
-when configured.
+already written into its Markdown); and the files a chapter reads from the repository (``EMBEDDED``: the
+benchmark and frameworks records) carried in the notebook, the expression that reads one replaced by its content
+as a Python literal. The file is written after the theme's launch buttons (priority 502), which copy MyST-NB's
+raw notebook to the same place when configured.
 
 Public API only: the ``html-page-context`` event (named before the theme builds its buttons, priority 500;
 written after them, 502), jupyter-cache's ``merge_match_into_notebook``, and for the links and included files
@@ -42,9 +42,9 @@ import re
 from pathlib import Path
 
 import nbformat
+from _notebook_markdown import Book, for_readers, glue_values
 from exact_streams import merge_streams
 from jupyter_cache import get_cache
-from _notebook_markdown import Book, for_readers, glue_values
 from sphinx.directives.code import LiteralIncludeReader
 from sphinx.ext.intersphinx import InventoryAdapter
 
