@@ -193,9 +193,12 @@ def test_selftest_a_changed_record_is_caught():
     assert "cases differ" in mismatches(frameworks, changed)[0]
     softmax = recorded["03_softmax"]
     changed = json.loads(json.dumps(softmax))
-    changed["cases"]["empty_row"]["torch.softmax"][0] = 0.0        # a NaN became a number
-    (problem,) = mismatches(softmax, changed)
-    assert problem.startswith("empty_row / torch.softmax: recorded [nan, nan"), problem
+    changed["cases"]["empty_row"]["torch SDPA"] = "not zeros: [nan, nan]"
+    changed["cases"]["empty_row"]["query 0"] = 1e-9
+    assert mismatches(softmax, changed) == [
+        "empty_row / torch SDPA: recorded 'zeros', live 'not zeros: [nan, nan]'",
+        f"empty_row / query 0: recorded {softmax['cases']['empty_row']['query 0']!r}, live 1e-09"]
+    assert _differ([1.0, 2.0], [1.0, 200.0]) and not _differ([1.0, 2.0], [1.0, 3.0]) and _differ([1.0], [1.0, 1.0])
 
 
 if __name__ == "__main__":  # renew the committed record from a live run of every page
