@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import posixpath
 import pprint
@@ -105,11 +106,28 @@ def _setup_cell(install, others):
             "execution_count": None, "source": SETUP_CELL.format(needs={"attention_ref": install, **others})}
 
 
+class _NonFinite(float):
+    """NaN or an infinity, written as Python reads it back (``float("nan")``; a bare ``nan`` is a NameError)."""
+
+    def __repr__(self):
+        return f'float("{float.__repr__(self)}")'
+
+
+def _python(value):
+    """JSON data `value` with its non-finite numbers as `_NonFinite`, so its ``pprint`` is valid Python."""
+    if isinstance(value, dict):
+        return {key: _python(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_python(item) for item in value]
+    return _NonFinite(value) if isinstance(value, float) and not math.isfinite(value) else value
+
+
 def _embedded(source):
     """`source` with each read of a file listed in `EMBEDDED` replaced by the file's content, as a literal."""
     for path, read in EMBEDDED.items():
         if re.search(read, source):
-            record = pprint.pformat(json.loads((ROOT / path).read_text(encoding="utf-8")), sort_dicts=False)
+            data = _python(json.loads((ROOT / path).read_text(encoding="utf-8")))
+            record = pprint.pformat(data, sort_dicts=False)
             literal = f"(  # {path}, as recorded when this notebook was built\n{record})"
             source = re.sub(read, lambda _, literal=literal: literal, source)
     return source
