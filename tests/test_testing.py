@@ -282,7 +282,7 @@ def test_float8_output_is_rejected():
 
 def test_importable_as_attention_ref_testing():
     assert ar.testing.assert_attention_close is assert_attention_close
-    assert ar.testing.__all__ == ["assert_attention_close"]
+    assert ar.testing.__all__ == ["assert_attention_close", "assert_attention_grads_close"]
 
 
 # --------------------------------------------------------------------- softcap, window, ALiBi and sinks
