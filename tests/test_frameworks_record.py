@@ -9,7 +9,10 @@ word, and every number within a factor of ten of the recorded one (rounding diff
 builds; a changed convention moves a difference by many orders of magnitude). It also runs each page with the
 frameworks hidden, as under ``make docs``, and checks it prints what the live run printed.
 
-Without torch or jax the live checks skip locally and fail in CI (``require``). To renew the record after a
+The pages also import ``myst_nb`` (and frameworks.md ``IPython.display``), the book's display layer, which the
+``docs`` extra installs and the ``test`` extra does not: where they are missing the scripts run with stand-ins
+that print what the page would display (``STAND_INS``); what is compared comes from the pages' own computations
+either way. Without torch or jax the live checks skip locally and fail in CI (``require``). To renew the record after a
 deliberate change, run ``python tests/test_frameworks_record.py`` (every page's live run writes its section).
 """
 
@@ -60,17 +63,36 @@ def page_code(text):
     return "\n\n".join(cells) + "\n"
 
 
-def run_page(page, target=None, *, hide_frameworks=False):
+#: Where IPython or myst-nb is missing, ``display(Markdown(text))`` and ``glue(name, value)`` print (glue only
+#: when it would display), as a chapter's glue does without myst-nb; the page's computations are untouched.
+STAND_INS = """\
+import importlib.util, sys, types
+if importlib.util.find_spec("IPython") is None:
+    _display = types.ModuleType("IPython.display")
+    _display.Markdown, _display.display = str, print
+    _ipython = types.ModuleType("IPython")
+    _ipython.get_ipython, _ipython.version_info = lambda: None, (8, 24)  # not in a kernel (matplotlib asks)
+    sys.modules["IPython"], sys.modules["IPython.display"] = _ipython, _display
+if importlib.util.find_spec("myst_nb") is None:
+    _myst_nb = types.ModuleType("myst_nb")
+    _myst_nb.glue = lambda name, value, display=True: print(value) if display else None
+    sys.modules["myst_nb"] = _myst_nb
+"""
+
+
+def run_page(page, target=None, *, hide_frameworks=False, hide=()):
     """Run the page's code in a fresh interpreter, in its folder as the book does; return what it printed.
 
     With `target`, the live run records its section there. With `hide_frameworks`, torch and jax look
-    uninstalled (``find_spec`` returns None for a module set to None in ``sys.modules``), as under ``make docs``.
+    uninstalled (``find_spec`` returns None for a module set to None in ``sys.modules``), as under ``make docs``;
+    the modules named in `hide` look uninstalled in the same way.
     """
     env = {**os.environ, "MPLBACKEND": "Agg", "JAX_PLATFORMS": "cpu"}
     env.pop("FRAMEWORKS_RECORD", None)
     if target is not None:
         env["FRAMEWORKS_RECORD"] = str(target)
-    prelude = "import sys\nsys.modules['torch'] = sys.modules['jax'] = None\n" if hide_frameworks else ""
+    hidden = [*hide, *(("torch", "jax") if hide_frameworks else ())]
+    prelude = "import sys\n" + "".join(f"sys.modules[{name!r}] = None\n" for name in hidden) + STAND_INS
     result = subprocess.run(
         [sys.executable, "-c", prelude + page_code(page.read_text(encoding="utf-8"))],
         cwd=page.parent, env=env, capture_output=True, text=True, timeout=600, check=False,
@@ -144,12 +166,19 @@ def test_record_matches_a_live_run(section, live_runs):
 @pytest.mark.parametrize("section", sorted(PAGES))
 def test_page_prints_the_same_from_the_record(section, live_runs):
     """The make-docs path: no torch, no jax; every check passes on the record and the page prints what it did live."""
-    require("myst_nb")
     printed = run_page(PAGES[section], hide_frameworks=True)
     assert printed == live_runs[section][0], (
         f"{PAGES[section].name} prints differently from the record than live; renew the record if the live "
         "results changed: python tests/test_frameworks_record.py"
     )
+
+
+@pytest.mark.parametrize("section", sorted(PAGES))
+def test_page_runs_with_only_the_test_extra(section):
+    """Without IPython and myst-nb (the ``test`` extra has neither), and without the frameworks, the stand-ins let
+    each page's code run from the record (run_page fails on an error or anything written to stderr)."""
+    printed = run_page(PAGES[section], hide_frameworks=True, hide=("IPython", "IPython.display", "myst_nb"))
+    assert printed and "<IPython" not in printed
 
 
 def test_selftest_a_changed_record_is_caught():
