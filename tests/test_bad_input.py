@@ -82,6 +82,11 @@ def blockwise(**changes):
     return call(blockwise_attention, args.pop("q"), args.pop("k"), args.pop("v"), **args)
 
 
+def backward(**changes):
+    args = {"q": Q, "k": K, "v": V, "dout": np.ones((2, 3, 6))} | changes
+    return call(attention_backward, args.pop("q"), args.pop("k"), args.pop("v"), args.pop("dout"), **args)
+
+
 def params(**changes):
     args = {"w_q": EYE, "w_k": EYE, "w_v": EYE, "w_o": EYE, "n_heads": 2} | changes
     return call(MultiHeadParams, **args)
@@ -414,6 +419,23 @@ CASES = [
     ("blockwise_attention", "alibi_slopes-shape", blockwise(alibi_slopes=np.ones(5)), ValueError,
      r"^alibi_slopes must broadcast"),
     ("blockwise_attention", "sinks-nan", blockwise(sinks=np.nan), ValueError, r"^sinks must be finite"),
+    # --- attention_backward, AttentionGrads
+    ("attention_backward", "dout-shape", backward(dout=np.ones((2, 3, 5))), ValueError,
+     r"^dout must have shape \(2, 3, 6\) \(the shape of the attention output .*; got \(2, 3, 5\)"),
+    ("attention_backward", "dout-None", backward(dout=None), TypeError, r"^dout "),
+    ("attention_backward", "dout-bool", backward(dout=np.ones((2, 3, 6), bool)), TypeError, r"^dout "),
+    ("attention_backward", "out-shape", backward(out=np.ones((2, 6))), ValueError, r"^out must have shape \(2, 3, 6\)"),
+    ("attention_backward", "lse-shape", backward(lse=np.ones((2, 3, 1))), ValueError,
+     r"^lse must have shape \(2, 3\) .*; got \(2, 3, 1\)"),
+    ("attention_backward", "lse-complex", backward(lse=np.ones((2, 3)) + 0j), TypeError, r"^lse "),
+    ("attention_backward", "block_size-zero", backward(block_size=0), ValueError, r"^block_size must be >= 1; got 0"),
+    ("attention_backward", "block_size-float", backward(block_size=2.0), TypeError, r"^block_size "),
+    ("attention_backward", "block_size-pair-zero", backward(block_size=(2, 0)), ValueError, r"^block_size"),
+    ("attention_backward", "dropout_p-one", backward(dropout_p=1.0), ValueError, r"^dropout_p "),
+    ("attention_backward", "rng-missing", backward(dropout_p=0.5), TypeError, r"^rng "),
+    ("attention_backward", "E-mismatch", backward(k=K[..., :3]), ValueError, r"q and k"),
+    ("attention_backward", "sinks-nan", backward(sinks=np.nan), ValueError, r"^sinks must be finite"),
+    ("AttentionGrads", "missing-fields", call(AttentionGrads, Q, Q), TypeError, r"dv"),
     ("merge_attention", "outs-None", call(merge_attention, None, None), TypeError, r"^outs "),
     ("merge_attention", "outs-ndarray", call(merge_attention, np.ones((1, 2, 3)), np.ones((1, 2))), TypeError,
      r"^outs "),
@@ -577,6 +599,9 @@ def _float16_calls():
         "merge_attention": lambda: merge_attention([_f16(3, 2), _f16(3, 2)], [_f16(3), _f16(3)]),
         "decode_step": decoded,
         "KVCache": lambda: KVCache(k, v).keys,
+        "attention_backward": lambda: attention_backward(q, k, v, _f16(2, 2, 3, 6))[:3],
+        "attention_backward-options": lambda: attention_backward(q, k, v, _f16(2, 2, 3, 6), block_size=2,
+                                                                 **OPTIONS16)[:3],
     }
 
 
