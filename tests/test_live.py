@@ -94,8 +94,12 @@ def _run(cell, timeout=60_000):
     if not button.is_visible():  # a folded cell (hide-input, hide-cell): unfold it as a reader would
         cell.locator("xpath=ancestor::details[1]/summary").click()
     button.click()
-    cell.page.wait_for_function("c => c.dataset.state === 'done' || c.dataset.state === 'failed'",
-                                arg=cell.element_handle(), timeout=timeout)
+    try:
+        cell.page.wait_for_function("c => c.dataset.state === 'done' || c.dataset.state === 'failed'",
+                                    arg=cell.element_handle(), timeout=timeout)
+    except Exception as error:
+        raise AssertionError(f"cell {_source(cell)!r} not done: state {cell.get_attribute('data-state')!r}, "
+                             f"output {cell.locator('.live-code-output').inner_text()!r}") from error
     return cell.locator(".live-code-output").inner_text()
 
 
@@ -223,6 +227,7 @@ def test_without_a_kernel_the_page_says_why(browser, live):
         seen.page.wait_for_function("() => attentionRefLiveCode.state === 'failed'")
         status = seen.page.locator(".live-code-status").inner_text()
         assert "No kernel" in status and "make serve" in status, status
+        seen.page.locator(".live-code-cell .cm-editor").first.wait_for()  # the editors load beside the kernel
         # A cell run says the same, in the cell.
         cell = seen.page.locator(".live-code-cell").first
         assert "No kernel" in _run(cell)
