@@ -65,11 +65,25 @@ def _let_in(seen, live):
     assert seen.bad_responses == [], seen.bad_responses
 
 
+def _source(cell):
+    """The code in a live cell's editor, as Run sends it to the kernel."""
+    return cell.evaluate("box => box.liveEditor.value")
+
+
+def _edit(cell, text):
+    """Replace a live cell's code as a reader does: click in its editor, select all, type `text`."""
+    content = cell.locator(".cm-content")
+    content.click()
+    content.press("Control+a")
+    cell.page.keyboard.insert_text(text)
+    assert _source(cell) == text
+
+
 def _cell(page, text):
     """The live cell whose source contains `text`."""
     cells = page.locator(".live-code-cell")
     for index in range(cells.count()):
-        if text in cells.nth(index).locator("textarea").input_value():
+        if text in _source(cells.nth(index)):
             return cells.nth(index)
     raise AssertionError(f"no live cell contains {text!r}")
 
@@ -80,8 +94,12 @@ def _run(cell, timeout=60_000):
     if not button.is_visible():  # a folded cell (hide-input, hide-cell): unfold it as a reader would
         cell.locator("xpath=ancestor::details[1]/summary").click()
     button.click()
-    cell.page.wait_for_function("c => c.dataset.state === 'done' || c.dataset.state === 'failed'",
-                                arg=cell.element_handle(), timeout=timeout)
+    try:
+        cell.page.wait_for_function("c => c.dataset.state === 'done' || c.dataset.state === 'failed'",
+                                    arg=cell.element_handle(), timeout=timeout)
+    except Exception as error:
+        raise AssertionError(f"cell {_source(cell)!r} not done: state {cell.get_attribute('data-state')!r}, "
+                             f"output {cell.locator('.live-code-output').inner_text()!r}") from error
     return cell.locator(".live-code-output").inner_text()
 
 
@@ -92,7 +110,7 @@ def _run_up_to(page, text):
         cell = cells.nth(index)
         _run(cell)
         assert not cell.locator(".live-code-error").count(), cell.locator(".live-code-output").inner_text()
-        if text in cell.locator("textarea").input_value():
+        if text in _source(cell):
             return cell
     raise AssertionError(f"no live cell contains {text!r}")
 
@@ -139,10 +157,9 @@ def test_a_reader_edits_and_runs_chapter_1(browser, live):
         soft = _run_up_to(page, "def soft_lookup")
         before = soft.locator(".live-code-output").inner_text()
         assert "array(" in before
-        editor = soft.locator("textarea")
-        source = editor.input_value()
+        source = _source(soft)
         assert "temperature=1.0" in source
-        editor.fill(source.replace("temperature=1.0", "temperature=0.05"))
+        _edit(soft, source.replace("temperature=1.0", "temperature=0.05"))
         after = _run(soft)
         assert after != before and "array(" in after
         # A colder softmax puts (nearly) all the weight on the best book: the largest weight printed grows.
@@ -150,9 +167,9 @@ def test_a_reader_edits_and_runs_chapter_1(browser, live):
         assert max(weights(after)) > max(weights(before)) > 0
 
         # Restore the cell (the later cells expect unit temperature), then draw the heatmap: a new figure.
-        editor.fill(source)
+        _edit(soft, source)
         _run(soft)
-        sources = [cells.nth(i).locator("textarea").input_value() for i in range(cells.count())]
+        sources = [_source(cells.nth(i)) for i in range(cells.count())]
         plot = None
         for index in range(sources.index(source) + 1, len(sources)):
             _run(cells.nth(index))
@@ -168,14 +185,13 @@ def test_a_reader_edits_and_runs_chapter_1(browser, live):
 
         # A cell that raises shows its traceback.
         shelf = _cell(page, 'shelf["astronomy"]')
-        editor = shelf.locator("textarea")
-        editor.fill(editor.input_value().replace('shelf["astronomy"]', 'shelf["stargazing"]'))
+        _edit(shelf, _source(shelf).replace('shelf["astronomy"]', 'shelf["stargazing"]'))
         text = _run(shelf)
         assert "Traceback" in text and "KeyError" in text and "stargazing" in text, text
 
         # Keyboard: Shift+Enter in a cell runs it.
-        shelf.locator("textarea").fill("print(len(shelf), 6 * 7)")
-        shelf.locator("textarea").press("Shift+Enter")
+        _edit(shelf, "print(len(shelf), 6 * 7)")
+        shelf.locator(".cm-content").press("Shift+Enter")
         page.wait_for_function("c => c.dataset.state === 'done'", arg=shelf.element_handle())
         assert shelf.locator(".live-code-output").inner_text().strip() == "3 42"
 
@@ -211,10 +227,64 @@ def test_without_a_kernel_the_page_says_why(browser, live):
         seen.page.wait_for_function("() => attentionRefLiveCode.state === 'failed'")
         status = seen.page.locator(".live-code-status").inner_text()
         assert "No kernel" in status and "make serve" in status, status
+        seen.page.locator(".live-code-cell .cm-editor").first.wait_for()  # the editors load beside the kernel
         # A cell run says the same, in the cell.
         cell = seen.page.locator(".live-code-cell").first
         assert "No kernel" in _run(cell)
         assert seen.foreign == []
+        found = _axe_in_each_mode(seen)
+        assert found == {"light": [], "dark": []}, found
+    finally:
+        seen.close()
+
+
+# Each token the page's Pygments highlighting colours, and the colour the live editor gives the same text.
+TOKEN_COLOURS = """cell => {
+  const colour = (node) => getComputedStyle(node).color;
+  const editor = [...cell.querySelectorAll(".live-code-cell .cm-content span:not(:has(span))")];
+  const found = [];
+  let at = 0;
+  for (const token of cell.querySelectorAll(".cell_input .highlight span[class]")) {
+    const text = token.textContent.trim();
+    if (!text || token.className === "w") continue;
+    const index = editor.findIndex((span, i) => i >= at && span.textContent.trim() === text);
+    if (index < 0) continue;
+    at = index + 1;
+    found.push([token.className, text, colour(token), colour(editor[index])]);
+  }
+  return found;
+}"""
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("mode", ["light", "dark"])
+def test_live_cells_keep_the_pages_highlighting_and_the_status_stays_in_view(browser, live, mode):
+    seen = Visit(browser, urljoin(live.url, CHAPTER), mode)
+    page = seen.page
+    try:
+        page.route("**/_live/config.json", lambda route: route.fulfill(status=404, body="no kernel here"))
+        page.get_by_role("button", name="Live code", exact=True).click()
+        page.wait_for_function("() => attentionRefLiveCode.state === 'failed'")
+        page.locator(".live-code-cell .cm-editor").first.wait_for()  # the editor bundle has loaded
+        cells = page.locator(".live-code-cell")
+        assert cells.count() >= 5 and page.locator(".live-code-cell .cm-editor").count() == cells.count()
+        assert not page.locator(".live-code-plain").count()  # the vendored CodeMirror, not the stand-in
+        tokens = [t for i in range(cells.count())
+                  for t in cells.nth(i).locator("xpath=..").evaluate(TOKEN_COLOURS)]
+        coloured = [t for t in tokens if t[0] not in ("n", "p", "o")]  # names and punctuation: the text colour
+        assert len(coloured) > 30, tokens
+        differ = sorted({(name, text) for name, text, ours, theirs in coloured if ours != theirs})
+        assert not differ, differ
+        assert {"k", "kn", "nf", "mi", "s2"} & {t[0] for t in coloured}
+        # Scrolled far down, the status line is below the theme's sticky header, not under it.
+        page.mouse.wheel(0, 4000)
+        page.wait_for_function("() => scrollY > 2000")
+        box = page.locator(".live-code-status").bounding_box()
+        header = page.locator(".bd-header-article").bounding_box()
+        assert box["y"] >= header["y"] + header["height"], (box, header)
+        on_top = page.evaluate("([x, y]) => document.elementFromPoint(x, y).closest('.live-code-status') !== null",
+                               [box["x"] + 10, box["y"] + 5])
+        assert on_top, "something covers the status line"
         found = _axe_in_each_mode(seen)
         assert found == {"light": [], "dark": []}, found
     finally:

@@ -4,7 +4,9 @@
  * runs beside the book (it answers _live/config.json with its address and token, to a browser that opened the
  * link `make serve` printed; to any other it answers 403 and the page says how to get in), else from Binder when the
  * build knew the repository, else the page says that no kernel can be had and how to get one.
- * The book's own code (BSD-3-Clause, like the rest of the repository); no third-party code. */
+ * The cells are edited in CodeMirror 6, loaded with the button from the vendored bundle _static/live_editor.js
+ * (MIT; built from vendor/live_editor/), coloured by the page's own Pygments classes; if that bundle cannot be
+ * loaded, in plain text boxes. This file is the book's own code (BSD-3-Clause, like the rest of the repository). */
 (() => {
   "use strict";
   const settings = window.attentionRefLiveCodeConfig || { binder: null };
@@ -39,6 +41,41 @@
     for (const [name, value] of Object.entries(attributes)) node.setAttribute(name, value);
     if (text !== undefined) node.textContent = text;
     return node;
+  }
+
+  // -- The editor ---------------------------------------------------------------------------------------------
+
+  // CodeMirror from the vendored bundle: createEditor(parent, source, label, run) -> {value, focus()}.
+  function loadEditor() {
+    if (window.attentionRefEditor) return Promise.resolve(window.attentionRefEditor.createEditor);
+    return new Promise((resolve, reject) => {
+      const script = element("script", { src: new URL("_static/live_editor.js", root).href });
+      script.onload = () => resolve(window.attentionRefEditor.createEditor);
+      script.onerror = () => reject(new Error("_static/live_editor.js could not be loaded"));
+      document.head.append(script);
+    });
+  }
+
+  // The stand-in when the bundle cannot be loaded: a plain text box with the same interface.
+  function plainEditor(parent, source, label, run) {
+    const editor = element("textarea", {
+      class: "live-code-plain", spellcheck: "false", autocapitalize: "off", autocomplete: "off",
+      "aria-label": label, rows: String(Math.max(1, source.split("\n").length)),
+    });
+    editor.value = source;
+    editor.addEventListener("input", () => { editor.rows = Math.max(1, editor.value.split("\n").length); });
+    editor.addEventListener("keydown", (event) => {
+      if (event.key === "Enter" && (event.shiftKey || event.ctrlKey)) {
+        event.preventDefault();
+        run();
+      }
+    });
+    parent.append(editor);
+    return {
+      get value() { return editor.value; },
+      set value(text) { editor.value = text; },
+      focus() { editor.focus(); },
+    };
   }
 
   // -- Where the kernel comes from ----------------------------------------------------------------------------
@@ -186,8 +223,12 @@
       this.article = document.querySelector("article.bd-article") || document.querySelector("main") || document.body;
       this.cells = [];
       this.kernel = null;
+      this.on = true;
       this.panel = this.makePanel();
-      this.makeCells();
+      this.cellsReady = loadEditor().then((create) => this.makeCells(create), (error) => {
+        this.hint.textContent += ` (Plain text boxes: the code editor could not be loaded: ${error.message}.)`;
+        this.makeCells(plainEditor);
+      });
       this.kernelReady = this.connect();
       this.kernelReady.catch(() => null); // the reason is in the status line
     }
@@ -202,15 +243,23 @@
       this.runAllButton.addEventListener("click", () => this.runAll());
       this.restartButton.addEventListener("click", () => this.restart());
       actions.append(this.runAllButton, this.restartButton);
-      const hint = element("p", { class: "live-code-hint" },
+      const hint = this.hint = element("p", { class: "live-code-hint" },
         "Edit any code cell and press its Run button (or Shift+Enter in the cell). The cells share one kernel: " +
         "run them from the top, as in a notebook.");
       panel.append(this.status, actions, hint);
       this.article.prepend(panel);
+      // The panel sticks just below the theme's sticky header (its height changes with the window's width).
+      const header = document.querySelector(".bd-header-article");
+      const below = () => {
+        const sticky = header && ["sticky", "fixed"].includes(getComputedStyle(header).position);
+        panel.style.top = `${(sticky ? header.getBoundingClientRect().height : 0) + 8}px`;
+      };
+      below();
+      if (header && window.ResizeObserver) new ResizeObserver(below).observe(header);
       return panel;
     }
 
-    makeCells() {
+    makeCells(createEditor) {
       let number = 0;
       for (const cell of this.article.querySelectorAll("div.cell")) {
         const pre = cell.querySelector(".cell_input pre");
@@ -219,32 +268,23 @@
         const input = pre.closest(".cell_input");
         const source = pre.textContent.replace(/\n$/, "");
         const box = element("div", { class: "live-code-cell" });
-        const editor = element("textarea", {
-          class: "live-code-editor", spellcheck: "false", autocapitalize: "off", autocomplete: "off",
-          "aria-label": `Code cell ${number}`, rows: String(Math.max(1, source.split("\n").length)),
-        });
-        editor.value = source;
-        editor.addEventListener("input", () => { editor.rows = Math.max(1, editor.value.split("\n").length); });
+        // Inside a `.highlight` box the page's Pygments colours apply to the editor's tokens, as to the page's.
+        const frame = element("div", { class: "live-code-editor highlight" });
+        const entry = { cell, input, box, number, staticOutputs: [...cell.querySelectorAll(".cell_output")] };
+        entry.editor = box.liveEditor = createEditor(frame, source, `Code cell ${number}`, () => this.runCell(entry));
         const bar = element("div", { class: "live-code-bar" });
         const run = element("button", { type: "button", class: "live-code-button live-code-run" }, "Run");
         const count = element("span", { class: "live-code-count" }, "");
         bar.append(run, count);
         const output = element("div", { class: "live-code-output", "aria-live": "polite", "aria-label": `Output of code cell ${number}`, role: "region" });
         output.hidden = true;
-        box.append(editor, bar, output);
+        box.append(frame, bar, output);
         input.after(box); // inside a folded cell (hide-input, hide-cell) the editor stays folded with it
-        const entry = { cell, input, box, editor, run, count, output, number,
-                        staticOutputs: [...cell.querySelectorAll(".cell_output")] };
+        Object.assign(entry, { run, count, output });
         run.addEventListener("click", () => this.runCell(entry));
-        editor.addEventListener("keydown", (event) => {
-          if (event.key === "Enter" && (event.shiftKey || event.ctrlKey)) {
-            event.preventDefault();
-            this.runCell(entry);
-          }
-        });
         this.cells.push(entry);
       }
-      this.show(true);
+      this.show(this.on);
     }
 
     show(on) {
