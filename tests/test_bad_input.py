@@ -20,11 +20,13 @@ import pytest
 
 import attention_ref
 from attention_ref import (
+    AttentionGrads,
     KVCache,
     MultiHeadParams,
     alibi_bias,
     alibi_slopes,
     apply_rope,
+    attention_backward,
     blockwise_attention,
     causal_mask,
     decode_step,
@@ -68,6 +70,11 @@ def call(func, *args, **kwargs):
 def sdpa(**changes):
     args = {"q": Q, "k": K, "v": V} | changes
     return call(scaled_dot_product_attention, args.pop("q"), args.pop("k"), args.pop("v"), **args)
+
+
+def backward(**changes):
+    args = {"q": Q, "k": K, "v": V, "dout": np.ones(Q.shape[:-1] + V.shape[-1:])} | changes
+    return call(attention_backward, args.pop("q"), args.pop("k"), args.pop("v"), args.pop("dout"), **args)
 
 
 def blockwise(**changes):
@@ -176,6 +183,18 @@ CASES = [
     ("mask_to_bias", "dtype-int", call(mask_to_bias, [True], dtype=int), TypeError, r"^dtype "),
     ("mask_to_bias", "dtype-complex", call(mask_to_bias, [True], dtype=np.complex128), TypeError, r"^dtype "),
     ("mask_to_bias", "dtype-nonsense", call(mask_to_bias, [True], dtype="banana"), TypeError, r"^dtype "),
+    # --- attention_backward (the forward's options are checked by the same code: its cases cover them)
+    ("attention_backward", "dout-shape", backward(dout=np.ones((1, 1))), ValueError, r"^dout must have shape"),
+    ("attention_backward", "dout-str", backward(dout="d"), TypeError, r"^dout "),
+    ("attention_backward", "out-shape", backward(out=np.ones((1, 1))), ValueError, r"^out must have shape"),
+    ("attention_backward", "lse-shape", backward(lse=np.ones((1, 1, 1))), ValueError, r"^lse must have shape"),
+    ("attention_backward", "block-zero", backward(block_size=0), ValueError, r"^block_size must be >= 1"),
+    ("attention_backward", "block-str", backward(block_size="a"), TypeError, r"^block_size "),
+    ("attention_backward", "block-pair", backward(block_size=(1, 0)), ValueError, r"^block_size\[1\]"),
+    ("attention_backward", "scale-nan", backward(scale=np.nan), ValueError, r"^scale "),
+    ("attention_backward", "dropout-no-rng", backward(dropout_p=0.5), TypeError, r"^rng "),
+    # --- AttentionGrads: a NamedTuple, so Python itself names what is missing
+    ("AttentionGrads", "missing", call(AttentionGrads, 1, 2, 3), TypeError, r"'dbias' and 'dsinks'"),
     # --- scaled_dot_product_attention
     ("scaled_dot_product_attention", "q-None", sdpa(q=None), TypeError, r"^q "),
     ("scaled_dot_product_attention", "q-str", sdpa(q="q"), TypeError, r"^q "),

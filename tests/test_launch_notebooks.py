@@ -11,11 +11,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import IN_CI, ext_module
+from conftest import IN_CI, ext_module, python_without_the_package
 
 ROOT = Path(__file__).resolve().parents[1]
 SITE = Path(os.environ.get("BOOK_SITE", ROOT / "docs" / "_build" / "html"))
@@ -128,10 +127,7 @@ def test_they_hold_the_code_the_book_runs(launch):
 def _run_setup(cell, tmp_path, colab):
     """Run a setup cell in the interpreter without the package (and without IPython): Colab's module and
     ``get_ipython`` stand-ins record what the cell asks of them."""
-    base = Path(sys.base_prefix) / "bin" / "python3"
-    probe = subprocess.run([str(base), "-I", "-c", "import attention_ref"], capture_output=True)
-    if probe.returncode == 0:
-        pytest.skip(f"{base} has attention_ref installed")
+    python = python_without_the_package()
     prelude = (
         "import builtins, sys, types\n"
         "calls = []\n"
@@ -143,7 +139,7 @@ def _run_setup(cell, tmp_path, colab):
         + ("sys.modules['google.colab'] = types.ModuleType('google.colab')\n" if colab else "")
     )
     after = "\nfrom myst_nb import glue\nglue('x', 42)\nglue('y', 7, display=False)\nprint(calls)\n"
-    return subprocess.run([str(base), "-I", "-c", prelude + _source(cell) + after],
+    return subprocess.run([*python, "-c", prelude + _source(cell) + after],
                           capture_output=True, text=True, cwd=tmp_path)
 
 
