@@ -1,7 +1,8 @@
 /* Live code for the attention_ref book (docs/_ext/live_code.py): the "Live code" button in a chapter's header
  * turns its code cells into editable cells run by one Jupyter kernel, over the Jupyter server's REST and
  * WebSocket API. Nothing is fetched before the button is pressed. The kernel comes from the server `make serve`
- * runs beside the book (it answers _live/config.json with its address and token), else from Binder when the
+ * runs beside the book (it answers _live/config.json with its address and token, to a browser that opened the
+ * link `make serve` printed; to any other it answers 403 and the page says how to get in), else from Binder when the
  * build knew the repository, else the page says that no kernel can be had and how to get one.
  * The book's own code (BSD-3-Clause, like the rest of the repository); no third-party code. */
 (() => {
@@ -16,7 +17,18 @@
     "with `make serve` from a clone of the repository, or download this page's notebook (.ipynb) from the " +
     "download menu and open it in Jupyter.";
 
-  class LiveError extends Error {}
+  const NOT_LET_IN = "This copy of the book is served by `make serve`, which runs code only for the browser " +
+    "that opened the link it printed in its terminal (ORIGIN/?key=…). Open that link in this browser to use " +
+    "Live code here; each link works once, and the terminal then prints a fresh one for another browser. " +
+    "The book reads normally without it.";
+
+  // An error the status line shows; a `complete` one is a whole explanation, shown without "Live code failed:".
+  class LiveError extends Error {
+    constructor(message, complete = false) {
+      super(message);
+      this.complete = complete;
+    }
+  }
 
   const uuid = () => (crypto.randomUUID ? crypto.randomUUID()
     : "xxxxxxxx-xxxx-4xxx-8xxx-xxxxxxxxxxxx".replace(/x/g, () => ((Math.random() * 16) | 0).toString(16)));
@@ -38,6 +50,7 @@
     } catch (error) {
       return null;
     }
+    if (response.status === 403) throw new LiveError(NOT_LET_IN.replace("ORIGIN", location.origin), true);
     if (!response.ok) return null;
     const found = await response.json();
     return { where: "this machine", baseUrl: found.base_url, token: found.token,
@@ -254,15 +267,15 @@
       const report = (name, text) => this.state(name, text);
       try {
         const server = (await localServer()) || (settings.binder ? await binderServer(settings.binder, report) : null);
-        if (!server) throw new LiveError(NO_KERNEL);
+        if (!server) throw new LiveError(NO_KERNEL, true);
         this.state("connecting", `Live code: starting a kernel on ${server.where}…`);
         this.kernel = new Kernel(server, report);
         await this.kernel.start();
         this.state("ready", `Live code: ready (a Python kernel on ${server.where}).`);
         return this.kernel;
       } catch (error) {
-        const reason = error instanceof LiveError ? error.message : `Live code failed: ${error.message || error}`;
-        this.state("failed", reason.startsWith("No kernel") ? reason : `Live code failed: ${reason}`);
+        const complete = error instanceof LiveError && error.complete;
+        this.state("failed", complete ? error.message : `Live code failed: ${error.message || error}`);
         throw error;
       }
     }
