@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # page's own folder, some levels below ROOT).
 EMBEDDED = {
     "benchmarks/results.json": r'json\.loads\(Path\("(?:\.\./)+benchmarks/results\.json"\)\.read_text\(\)\)',
-    # Read by the frameworks chapter where PyTorch or JAX is missing.
+    # Read by the pages that compare with PyTorch or JAX where they are missing (attention_ref.records).
     "docs/chapters/frameworks_record.json": r"json\.loads\(RECORD_FILE\.read_text\(\)\)",
 }
 # What the chapters import beyond attention_ref and its own requirements, and the pip name of each. The setup
