@@ -38,7 +38,9 @@ PART_I_PAGE_WORDS = 1600  # no page of Part I has more prose words than this
 PART_I_MINUTES = 90  # Part I, the newcomer's path, reads in about this many minutes
 
 _FENCE = re.compile(r"^(`{3,}|~{3,})\s*(\{[\w:-]+\})?")
-_PROSE_DIRECTIVES = {"{admonition}", "{note}", "{important}", "{tip}", "{warning}", "{seealso}", "{glue:figure}"}
+_PROSE_DIRECTIVES = {
+    "{admonition}", "{note}", "{important}", "{tip}", "{warning}", "{seealso}", "{glue:figure}", "{glossary}"
+}
 _HIDDEN = re.compile(r"^:tags:.*\b(hide-cell|hide-input|remove-cell|remove-input)\b")
 _ROLE = re.compile(r"\{[\w:-]+\}`[^`]*`")
 _INLINE_MATH = re.compile(r"\$[^$]+\$")
