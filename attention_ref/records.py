@@ -5,7 +5,9 @@ The book compares the package with PyTorch and JAX, yet Read the Docs and
 `FrameworkRecord` runs a comparison live when every framework it needs can be
 imported, and otherwise returns the results a live run stored, in a record
 with one section per page (``docs/chapters/frameworks_record.json``).
-Results are JSON values: numbers, strings, and lists and dicts of them.
+Results are strict JSON values: finite numbers, strings, and lists and dicts
+of them (no NaN: a notebook carries the record as a Python literal, where
+``nan`` is not a name).
 
 With the environment variable ``FRAMEWORKS_RECORD`` naming a file, a live run
 writes its page's section there (`FrameworkRecord.save_if_requested`): that
@@ -113,7 +115,8 @@ class FrameworkRecord:
     def save_if_requested(self, environ: Mapping[str, str] = os.environ) -> Path | None:
         """Write this page's section into the file named by ``FRAMEWORKS_RECORD``, if set; return its path.
 
-        The file's other pages' sections are kept. Only a live run can record.
+        The file's other pages' sections are kept. Only a live run can record, and only strict JSON (a NaN
+        or infinity in the results is a ValueError: describe it in words).
         """
         target = environ.get(ENVIRONMENT_VARIABLE)
         if not target:
@@ -124,5 +127,10 @@ class FrameworkRecord:
         path = Path(target)
         content = json.loads(path.read_text(encoding="utf-8")) if path.is_file() and path.stat().st_size else {}
         content[self.page] = {"versions": self.versions, "cases": self.measured}
-        path.write_text(json.dumps(content, indent=1) + "\n", encoding="utf-8")
+        try:
+            text = json.dumps(content, indent=1, allow_nan=False)
+        except ValueError as exc:
+            raise ValueError(f"the results of page {self.page!r} must be strict JSON ({exc}): "
+                             f"describe a NaN or infinity in words, got {self.measured!r}") from None
+        path.write_text(text + "\n", encoding="utf-8")
         return path

@@ -9,8 +9,11 @@ word, and every number within a factor of ten of the recorded one (rounding diff
 builds; a changed convention moves a difference by many orders of magnitude). It also runs each page with the
 frameworks hidden, as under ``make docs``, and checks it prints what the live run printed.
 
-Without torch or jax the live checks skip locally and fail in CI (``require``). To renew the record after a
-deliberate change, run ``python tests/test_frameworks_record.py`` (every page's live run writes its section).
+Without torch or jax the live checks skip locally and fail in CI (``require``). The pages also import
+``IPython.display`` and ``myst_nb`` (the book's display layer, in the ``docs`` extra, not the ``test`` one): where
+they are missing the script runs with stand-ins that print what the page would display (see ``STAND_INS``). To
+renew the record after a deliberate change, run ``python tests/test_frameworks_record.py`` (every page's live run
+writes its section).
 """
 
 from __future__ import annotations
@@ -60,17 +63,34 @@ def page_code(text):
     return "\n\n".join(cells) + "\n"
 
 
-def run_page(page, target=None, *, hide_frameworks=False):
+#: Where IPython or myst-nb is missing, ``display(Markdown(text))`` and ``glue(name, value)`` print (glue only
+#: when it would display), as a chapter's glue does without myst-nb; the page's computations are untouched.
+STAND_INS = """\
+import importlib.util, sys, types
+if importlib.util.find_spec("IPython") is None:
+    _display = types.ModuleType("IPython.display")
+    _display.Markdown, _display.display = str, print
+    sys.modules["IPython"], sys.modules["IPython.display"] = types.ModuleType("IPython"), _display
+if importlib.util.find_spec("myst_nb") is None:
+    _myst_nb = types.ModuleType("myst_nb")
+    _myst_nb.glue = lambda name, value, display=True: print(value) if display else None
+    sys.modules["myst_nb"] = _myst_nb
+"""
+
+
+def run_page(page, target=None, *, hide_frameworks=False, hide=()):
     """Run the page's code in a fresh interpreter, in its folder as the book does; return what it printed.
 
     With `target`, the live run records its section there. With `hide_frameworks`, torch and jax look
-    uninstalled (``find_spec`` returns None for a module set to None in ``sys.modules``), as under ``make docs``.
+    uninstalled (``find_spec`` returns None for a module set to None in ``sys.modules``), as under ``make docs``;
+    the modules named in `hide` look uninstalled in the same way.
     """
     env = {**os.environ, "MPLBACKEND": "Agg", "JAX_PLATFORMS": "cpu"}
     env.pop("FRAMEWORKS_RECORD", None)
     if target is not None:
         env["FRAMEWORKS_RECORD"] = str(target)
-    prelude = "import sys\nsys.modules['torch'] = sys.modules['jax'] = None\n" if hide_frameworks else ""
+    hidden = [*hide, *(("torch", "jax") if hide_frameworks else ())]
+    prelude = "import sys\n" + "".join(f"sys.modules[{name!r}] = None\n" for name in hidden) + STAND_INS
     result = subprocess.run(
         [sys.executable, "-c", prelude + page_code(page.read_text(encoding="utf-8"))],
         cwd=page.parent, env=env, capture_output=True, text=True, timeout=600, check=False,
@@ -144,12 +164,19 @@ def test_record_matches_a_live_run(section, live_runs):
 @pytest.mark.parametrize("section", sorted(PAGES))
 def test_page_prints_the_same_from_the_record(section, live_runs):
     """The make-docs path: no torch, no jax; every check passes on the record and the page prints what it did live."""
-    require("myst_nb")
     printed = run_page(PAGES[section], hide_frameworks=True)
     assert printed == live_runs[section][0], (
         f"{PAGES[section].name} prints differently from the record than live; renew the record if the live "
         "results changed: python tests/test_frameworks_record.py"
     )
+
+
+def test_page_runs_with_only_the_test_extra():
+    """Without IPython and myst-nb (the ``test`` extra has neither) the stand-ins let the page's code run and print
+    what it would display."""
+    printed = run_page(PAGES["frameworks"], hide_frameworks=True, hide=("IPython", "IPython.display", "myst_nb"))
+    assert "torch SDPA" in printed  # the recorded PyTorch results, displayed by the stand-in
+    assert "PyTorch" in printed and "<IPython" not in printed
 
 
 def test_selftest_a_changed_record_is_caught():
@@ -166,9 +193,12 @@ def test_selftest_a_changed_record_is_caught():
     assert "cases differ" in mismatches(frameworks, changed)[0]
     softmax = recorded["03_softmax"]
     changed = json.loads(json.dumps(softmax))
-    changed["cases"]["empty_row"]["torch.softmax"][0] = 0.0        # a NaN became a number
-    (problem,) = mismatches(softmax, changed)
-    assert problem.startswith("empty_row / torch.softmax: recorded [nan, nan"), problem
+    changed["cases"]["empty_row"]["torch SDPA"] = "not zeros: [nan, nan]"
+    changed["cases"]["empty_row"]["query 0"] = 1e-9
+    assert mismatches(softmax, changed) == [
+        "empty_row / torch SDPA: recorded 'zeros', live 'not zeros: [nan, nan]'",
+        f"empty_row / query 0: recorded {softmax['cases']['empty_row']['query 0']!r}, live 1e-09"]
+    assert _differ([1.0, 2.0], [1.0, 200.0]) and not _differ([1.0, 2.0], [1.0, 3.0]) and _differ([1.0], [1.0, 1.0])
 
 
 if __name__ == "__main__":  # renew the committed record from a live run of every page

@@ -351,6 +351,7 @@ def test_the_kernel_server_offers_the_kernels_api_only(live):
 def _execute(live, code, path="docs/chapters"):
     """Start a kernel in `path` (as a page does), run `code` over its WebSocket, return what it printed."""
     import asyncio
+    import concurrent.futures
     import uuid
 
     from tornado.httpclient import HTTPRequest
@@ -386,7 +387,9 @@ def _execute(live, code, path="docs/chapters"):
                 return "".join(printed)
 
     try:
-        return asyncio.run(run())
+        # A thread of its own: Playwright's sync API keeps an event loop running in this one.
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            return pool.submit(lambda: asyncio.run(run())).result()
     finally:
         _http(f"{live.kernel_url}api/kernels/{kernel}", token, method="DELETE")
 

@@ -59,15 +59,22 @@ def test_save_writes_its_section_and_keeps_the_others(tmp_path):
     target = tmp_path / "record.json"
     target.write_text(json.dumps({"other": {"versions": {}, "cases": {"x": {"y": 1}}}}))
     record = FrameworkRecord("page", {}, needs=("numpy",))
-    record.take("nan", lambda: {"row": [float("nan"), 0.0]})
+    record.take("row", lambda: {"row": [0.5, 0.0], "empty": "NaN"})
     assert record.save_if_requested({}) is None and json.loads(target.read_text()).keys() == {"other"}
     assert record.save_if_requested({ENVIRONMENT_VARIABLE: str(target)}) == target
     saved = json.loads(target.read_text())
     assert list(saved) == ["other", "page"] and saved["page"]["versions"] == record.versions
-    assert saved["page"]["cases"]["nan"]["row"][1] == 0.0 and saved["page"]["cases"]["nan"]["row"][0] != 0.0
     # Read back, a recorded run gives what the live one measured.
-    again = FrameworkRecord("page", saved, needs=(MISSING,))
-    assert repr(again.take("nan", dict)) == repr(record.measured["nan"])
+    assert FrameworkRecord("page", saved, needs=(MISSING,)).take("row", dict) == record.measured["row"]
+
+
+def test_nan_is_not_recorded(tmp_path):
+    # A notebook carries the record as a Python literal, where nan is not a name: results must be strict JSON.
+    record = FrameworkRecord("page", {}, needs=("numpy",))
+    record.take("row", lambda: {"row": [float("nan")]})
+    with pytest.raises(ValueError, match=r"results of page 'page' must be strict JSON .*describe a NaN"):
+        record.save_if_requested({ENVIRONMENT_VARIABLE: str(tmp_path / "record.json")})
+    assert not (tmp_path / "record.json").exists()
 
 
 def test_only_a_live_run_records(tmp_path):
