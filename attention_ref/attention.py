@@ -355,8 +355,10 @@ def scaled_dot_product_attention(
         Attention-sink logits ``s``, broadcastable to ``(..., H)`` like
         `alibi_slopes`: every row's softmax denominator gains
         ``exp(s_h)``, as if one more key with that score and a zero value
-        were allowed (gpt-oss, StreamingLLM). The output sums over the real
-        keys only, and their weights sum to less than one.
+        were allowed (gpt-oss's learned sinks; StreamingLLM's sinks are
+        instead the first tokens' own keys and values, kept in the cache).
+        The output sums over the real keys only, and their weights sum to
+        less than one.
     dropout_p : float, optional
         Probability in [0, 1) of zeroing each weight (inverted dropout: kept
         weights are divided by ``1 - dropout_p``). Needs `rng`.

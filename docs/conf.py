@@ -40,6 +40,7 @@ extensions = [
     "mathjax_prune",  # MathJax 3 self-hosted (sphinx-mathjax-offline): only the files tex-chtml.js can request
     "citation_roles",  # citations get an ARIA role axe accepts
     "live_code",  # "Live code" button: cells run on make serve's kernel or Binder; launch menu when the repo is known
+    "reading_time",  # each page's reading time under its title; the reading paths' totals on the landing page
 ]
 
 exclude_patterns = ["_build", "_ext", "**.ipynb_checkpoints", "jupyter_execute", "_inventories", "_templates"]
@@ -74,10 +75,9 @@ numpydoc_show_class_members = False
 numpydoc_class_members_toctree = False
 numpydoc_attributes_as_param_list = True
 numpydoc_xref_param_type = True
-# Only words listed here (and numpydoc's own defaults: int, float, bool, str, tuple, None, ndarray,
-# array_like, ...) become links; shape descriptions such as "shape (..., L, E)" and words like "optional"
-# stay plain text. Under xref_ignore="all" an alias that maps a name to itself is left unlinked, so the full
-# names map to explicit roles.
+# Only words listed here (and numpydoc's defaults: int, float, bool, str, tuple, None, ndarray, array_like, ...)
+# become links; "shape (..., L, E)" and "optional" stay plain text. Under xref_ignore="all" an alias that maps a
+# name to itself is left unlinked, so the full names map to explicit roles.
 numpydoc_xref_ignore = "all"
 numpydoc_xref_aliases = {
     "Generator": "numpy.random.Generator",

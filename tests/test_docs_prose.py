@@ -128,6 +128,7 @@ def prose_numbers(html):
     for element in article.select(
         "div.cell, div.output, pre, code, span.pasted-text, span.pasted-inline, div.pasted-inline, "
         "span.section-number, span.caption-number, a.headerlink, span.eqno, div.toctree-wrapper, "
+        ".reading-time, .reading-paths, "  # computed by docs/_ext/reading_time.py, as a glue is
         'a[href*="references.html#"]'
     ):
         element.decompose()

@@ -144,11 +144,11 @@ def _run_setup(cell, tmp_path, colab):
 
 
 def test_in_colab_the_setup_cell_installs_from_the_repository(launch, tmp_path):
-    source = launch.DOCS / "chapters" / "03_softmax.md"
-    notebook = json.loads(launch.launch_notebook(_as_built(launch, "chapters/03_softmax", source), REQUIREMENT))
+    source = launch.DOCS / "chapters" / "low_precision.md"
+    notebook = json.loads(launch.launch_notebook(_as_built(launch, "chapters/low_precision", source), REQUIREMENT))
     result = _run_setup(notebook["cells"][0], tmp_path, colab=True)
     assert result.returncode == 0, result.stderr
-    # ml_dtypes: chapter 3 imports it; base Python lacks it (and lacks myst-nb: glue shows the value instead).
+    # ml_dtypes: the low-precision page imports it; base Python lacks it (and myst-nb: glue shows the value).
     assert f"""('pip', 'install "{REQUIREMENT}" "ml_dtypes" -q'), ('show', 42)]""" in result.stdout, result.stdout
 
 

@@ -112,6 +112,9 @@ def _role(book, match):
         return _cross_reference(book, name.removeprefix("py:"), content)
     if name in ("math",):
         return f"${content}$"
+    if name == "term":  # a glossary term: its words, as the page shows them
+        explicit = re.fullmatch(r"(?s)(?P<title>.*?)\s*<(?P<target>[^<>]+)>", content)
+        return explicit["title"] if explicit else content
     if name in ("sub", "sup", "abbr", "kbd", "samp", "code", "file", "command", "program", "guilabel"):
         return f"`{content}`" if name in ("samp", "code", "file", "command", "program", "kbd") else content
     raise UnknownMarkup(f"{book.page}: role {{{name}}} has no Markdown form here")

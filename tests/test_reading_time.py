@@ -1,0 +1,117 @@
+"""The book's reading budget, and the rule that measures it (docs/_ext/reading_time.py).
+
+Part I, the newcomer's path, must read in about ``PART_I_MINUTES`` minutes with no page over
+``PART_I_PAGE_WORDS`` words of prose. The rule is the build's own (``prose_words``, ``reading``), read from the
+page sources in the order of the landing page's toctrees, so the budget checked here is the time the pages show.
+"""
+
+from pathlib import Path
+
+import pytest
+from conftest import ext_module
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+
+pytestmark = pytest.mark.docs
+
+
+@pytest.fixture(scope="module")
+def rt():
+    return ext_module("reading_time", "sphinx")
+
+
+PAGE = """---
+file_format: mystnb
+kernelspec:
+  name: python3
+---
+
+(ch-x)=
+# A title of four words
+
+One two three {ref}`ch-x` and $x^2$ here.
+
+$$
+a + b = c
+$$
+
+$q \\cdot k$
+
+```{code-cell} ipython3
+print("these words are code")
+```
+
+:::{admonition} Exercise 1.1
+Read this admonition.
+:::
+
+```{code-cell} ipython3
+:tags: [hide-cell]
+
+solution = "not counted"
+```
+
+```{glue:figure} fig
+:name: f
+A caption of five words.
+```
+
+```python
+not prose either
+```
+"""
+
+
+def test_prose_is_text_outside_code_math_and_markup(rt):
+    # Title 5 words ("#" is not a word), sentence 7 (a role and a stretch of inline math are one word each),
+    # "Exercise 1.1" 2, "Read this admonition." 3, the caption 5.
+    assert rt.prose_words(PAGE) == 5 + 7 + 2 + 3 + 5
+    assert rt.reading(PAGE) == rt.Reading(words=22, code_cells=1)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "words", "cells"),
+    [
+        ("```{code-cell} ipython3\nprint", "```\nprint", 22, 0),  # a plain code block: not prose, not a cell
+        ("$$\na + b = c\n$$", "a + b = c", 25, 1),  # display math written as prose: three more words
+        ("```{glue:figure} fig", "```{code-block} fig", 17, 1),  # the caption becomes code
+        ("[hide-cell]", "[]", 22, 2),  # a shown solution counts
+    ],
+)
+def test_the_count_sees_each_kind_of_markup(rt, old, new, words, cells):
+    assert old in PAGE
+    assert rt.reading(PAGE.replace(old, new)) == rt.Reading(words, cells)
+
+
+def test_minutes_follow_the_stated_rule(rt):
+    page = rt.Reading(words=rt.WORDS_PER_MINUTE * 3, code_cells=8)
+    assert page.minutes == pytest.approx(3 + 8 * rt.SECONDS_PER_CODE_CELL / 60)
+    assert rt.minutes_text(0.2) == "about 1 minute"
+    assert rt.minutes_text(12.49) == "about 12 minutes"
+    assert rt.minutes_text(12.5) == "about 13 minutes"
+
+
+def _parts(rt):
+    return dict(rt.parts((DOCS / "index.md").read_text()))
+
+
+def test_the_landing_page_has_both_parts_in_reading_order(rt):
+    parts = _parts(rt)
+    part_one = next(pages for caption, pages in parts.items() if caption.startswith("Part I."))
+    part_two = next(pages for caption, pages in parts.items() if caption.startswith("Part II."))
+    assert part_one[0] == "chapters/01_queries_keys_values"
+    assert {"chapters/09_memory_wall", "chapters/frameworks", "chapters/performance"} <= set(part_two)
+    assert not set(part_one) & set(part_two)
+    for page in part_one + part_two:
+        assert (DOCS / f"{page}.md").is_file(), page
+
+
+def test_part_one_keeps_to_its_budget(rt):
+    part_one = next(pages for caption, pages in _parts(rt).items() if caption.startswith("Part I."))
+    readings = {page: rt.reading((DOCS / f"{page}.md").read_text()) for page in part_one}
+    too_long = {page: r.words for page, r in readings.items() if r.words > rt.PART_I_PAGE_WORDS}
+    assert not too_long, f"Part I pages over {rt.PART_I_PAGE_WORDS} words of prose: {too_long}"
+    total = sum(r.minutes for r in readings.values())
+    # "About 90 minutes": within a sixth of it either way.
+    assert abs(total - rt.PART_I_MINUTES) <= rt.PART_I_MINUTES / 6, f"Part I reads in {total:.1f} minutes"
