@@ -111,6 +111,146 @@ def bench_kernels(repeats: int) -> list[dict]:
     return rows
 
 
+
+#: The shapes an oracle is called with (issue 22): (name, (B, H, L, S, E), options).
+SHAPES = (
+    ("square", (1, 8, 1024, 1024, 64), {}),
+    ("causal", (1, 8, 1024, 1024, 64), {"is_causal": True}),
+    ("decode", (1, 32, 1, 4096, 128), {}),
+    ("boolean mask", (1, 8, 512, 512, 64), {"mask": True}),
+    ("small", (2, 8, 128, 128, 64), {}),
+    ("tiny", (1, 1, 16, 16, 32), {}),
+    ("long causal", (1, 4, 4096, 4096, 64), {"is_causal": True}),
+)
+QUICK_SKIP = ("long causal",)  # --quick leaves out the one shape that takes seconds per call
+#: multi_head_attention at a model-like shape: batch, length, d_model, heads.
+MHA_SHAPE = (4, 256, 512, 8)
+
+
+def _interleaved(cands: dict, repeats: int) -> dict:
+    """Best time (s) of each candidate, every candidate once per round so all see the same load."""
+    best = {name: float("inf") for name in cands}
+    for fn in cands.values():
+        fn()  # warm-up
+    for _ in range(repeats):
+        for name, fn in cands.items():
+            t0 = time.perf_counter()
+            fn()
+            best[name] = min(best[name], time.perf_counter() - t0)
+    return best
+
+
+def _decode_call(q, k, v):
+    """``decode_step`` of the last position on a cache holding the others, the cache rewound after each call."""
+    cache = ar.KVCache(k[..., :-1, :], v[..., :-1, :])
+    state = cache._state()
+    last_k, last_v = k[..., -1:, :], v[..., -1:, :]
+
+    def call():
+        out = ar.decode_step(q, last_k, last_v, cache)
+        cache._restore(state)  # drop the appended position: every call attends the same S keys
+        return out
+
+    return call
+
+
+def _shape_candidates(shape, options, dtype, rng):
+    """The package's calls, PyTorch's and the arrays, for one benchmark shape."""
+    B, H, L, S, E_ = shape
+    q = rng.standard_normal((B, H, L, E_)).astype(dtype)
+    k, v = (rng.standard_normal((B, H, S, E_)).astype(dtype) for _ in range(2))
+    kw = {}
+    if options.get("is_causal"):
+        kw["is_causal"] = True
+    if options.get("mask"):
+        kw["mask"] = rng.random((L, S)) < 0.9  # random keys hidden, as padding or a sparse pattern would
+        kw["mask"][:, 0] = True  # no row fully masked
+    cands = {
+        "sdpa": lambda: ar.scaled_dot_product_attention(q, k, v, **kw),
+        "blockwise": lambda: ar.blockwise_attention(q, k, v, **kw),
+    }
+    if L == 1 and not kw:
+        cands["decode_step"] = _decode_call(q, k, v)
+    torch_call = None
+    try:
+        import torch
+        import torch.nn.functional as F
+    except ImportError:
+        pass
+    else:
+        tq, tk, tv = (torch.from_numpy(a) for a in (q, k, v))
+        tkw = {"is_causal": kw.get("is_causal", False)}
+        if "mask" in kw:
+            tkw["attn_mask"] = torch.from_numpy(kw["mask"])
+        torch_call = lambda: F.scaled_dot_product_attention(tq, tk, tv, **tkw)  # noqa: E731
+        expected = torch_call().numpy()
+        for name, fn in cands.items():
+            got = fn()
+            assert np.allclose(got, expected, rtol=1e-4, atol=1e-5), f"{name} disagrees with torch at {shape}"
+        cands["torch"] = torch_call
+    return cands
+
+
+def _mha_candidates(dtype, rng):
+    """multi_head_attention and torch.nn.MultiheadAttention with the same weights, self-attention."""
+    batch, L, d_model, heads = MHA_SHAPE
+    params = ar.init_multi_head_params(rng, d_model, heads, dtype=np.dtype(dtype))
+    x = rng.standard_normal((batch, L, d_model)).astype(dtype)
+    cands = {"multi_head_attention": lambda: ar.multi_head_attention(x, params)}
+    try:
+        import torch
+    except ImportError:
+        return cands
+    mha = torch.nn.MultiheadAttention(d_model, heads, batch_first=True, dtype=getattr(torch, dtype))
+    with torch.no_grad():  # ours is x @ w; torch's Linear is x @ weight.T
+        mha.in_proj_weight.copy_(torch.from_numpy(np.concatenate([params.w_q, params.w_k, params.w_v], 1).T))
+        mha.in_proj_bias.copy_(torch.from_numpy(np.concatenate([params.b_q, params.b_k, params.b_v])))
+        mha.out_proj.weight.copy_(torch.from_numpy(np.ascontiguousarray(params.w_o.T)))
+        mha.out_proj.bias.copy_(torch.from_numpy(params.b_o))
+    mha.eval()
+    tx = torch.from_numpy(x)
+
+    def torch_call():
+        with torch.inference_mode():
+            return mha(tx, tx, tx, need_weights=False)[0]
+
+    assert np.allclose(cands["multi_head_attention"](), torch_call().numpy(), rtol=1e-4, atol=1e-5)
+    cands["torch"] = torch_call
+    return cands
+
+
+def bench_shapes(repeats: int, quick: bool = False) -> list[dict]:
+    """Every shape of SHAPES (and multi-head attention) in both dtypes: times and ratios against torch."""
+    rows = []
+    rng = np.random.default_rng(3)
+    cases = [(name, shape, opts) for name, shape, opts in SHAPES if not (quick and name in QUICK_SKIP)]
+    cases.append(("multi-head", (MHA_SHAPE[0], MHA_SHAPE[3], MHA_SHAPE[1], MHA_SHAPE[1],
+                                 MHA_SHAPE[2] // MHA_SHAPE[3]), {"mha": True}))
+    for dtype in DTYPES:
+        for name, shape, opts in cases:
+            cands = _mha_candidates(dtype, rng) if opts.get("mha") else _shape_candidates(shape, opts, dtype, rng)
+            best = _interleaved(cands, repeats)
+            row = {"case": name, "shape": list(shape), "dtype": dtype, **{f"{n}_s": t for n, t in best.items()}}
+            if "torch" in best:
+                row.update({f"{n}_ratio": t / best["torch"] for n, t in best.items() if n != "torch"})
+            rows.append(row)
+            del cands
+            gc.collect()
+    return rows
+
+
+def fmt_shapes(rows: list[dict]) -> str:
+    """The shape benchmark as a fixed-width table: ours/torch per function, torch's time."""
+    impls = ("sdpa", "blockwise", "decode_step", "multi_head_attention")
+    head = f"{'case':13} {'dtype':8} {'torch ms':>9} " + " ".join(f"{i[:11]:>11}" for i in impls)
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        t = r.get("torch_s")
+        cells = [f"{r[i + '_ratio']:>10.2f}x" if i + "_ratio" in r else f"{'-':>11}" for i in impls]
+        lines.append(f"{r['case']:13} {r['dtype']:8} " + (f"{1e3 * t:>9.3f} " if t else f"{'-':>9} ") + " ".join(cells))
+    return "\n".join(lines)
+
+
 WINDOW = (4096, 0)
 
 
@@ -230,7 +370,30 @@ def main(argv=None) -> int:
         "--only-window", action="store_true",
         help="run only the windowed case and merge it (as window_run) into the existing --write file",
     )
+    parser.add_argument(
+        "--only-shapes", action="store_true",
+        help="run only the oracle shapes (best of --shape-repeats) and merge them (as shapes) into the --write file",
+    )
+    parser.add_argument("--shape-repeats", type=int, default=7)
+    parser.add_argument(
+        "--quick", action="store_true",
+        help="only the oracle shapes, without the long causal one, best of 3: under a minute; writes nothing",
+    )
     args = parser.parse_args(argv)
+
+    if args.quick:
+        print(fmt_shapes(bench_shapes(3, quick=True)))
+        return 0
+    if args.only_shapes:
+        shapes = bench_shapes(args.shape_repeats)
+        print(fmt_shapes(shapes))
+        if args.write:
+            result = json.loads(args.write.read_text()) if args.write.exists() else {}
+            result["shapes"] = shapes
+            result["shapes_machine"] = machine()
+            args.write.write_text(json.dumps(result, indent=2) + "\n")
+            print(f"merged shapes into {args.write}")
+        return 0
 
     if args.only_window:
         only = bench_window(args.window_n)
@@ -246,6 +409,8 @@ def main(argv=None) -> int:
     print("machine:", json.dumps(info, indent=1))
     rows = bench_kernels(args.repeats)
     print(fmt_table(rows))
+    shapes = bench_shapes(args.shape_repeats)
+    print(fmt_shapes(shapes))
     memory = bench_memory(args.memory_n, None)
     print(
         f"blockwise causal L=S={memory['n']} E={E} float64: peak growth {memory['peak_growth_MiB']:.1f} MiB "
@@ -271,6 +436,7 @@ def main(argv=None) -> int:
             "machine": info,
             "shape": {"batch": SHAPE_BH[0], "heads": SHAPE_BH[1], "E": E},
             "kernels": rows,
+            "shapes": shapes,
             "memory": memory,
             "long_run": long,
             "window_run": window_run,
