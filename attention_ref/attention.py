@@ -91,6 +91,17 @@ class AttentionProblem:
                 stop = min(self.n_keys, max(0, rows.stop - 1 + self.offset + right + 1))
         return start, max(start, stop)
 
+    def inside_keys(self, rows: slice) -> tuple[int, int]:
+        """Keys ``[start, stop)`` that the window lets every query of ``rows`` see (empty when start >= stop)."""
+        start, stop = 0, self.n_keys
+        if self.window is not None:
+            left, right = self.window
+            if left is not None:
+                start = max(0, rows.stop - 1 + self.offset - left)
+            if right is not None:
+                stop = min(self.n_keys, rows.start + self.offset + right + 1)
+        return start, stop
+
     def inside_window(self, rows: slice, cols: slice) -> bool:
         """Whether the window lets every query ``rows`` see every key ``cols`` (no window mask needed)."""
         if self.window is None:

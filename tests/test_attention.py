@@ -610,7 +610,7 @@ def test_an_error_in_one_block_is_raised_and_stops_the_others(monkeypatch):
         time.sleep(0.005)
 
     with pytest.raises(RuntimeError, match="block 2 failed"):
-        run_blocks(block, range(100), n_scores=1 << 30)
+        run_blocks(block, range(100), work=1 << 30)
     count = len(started)
     time.sleep(0.05)
     assert len(started) == count < 10
