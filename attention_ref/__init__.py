@@ -51,6 +51,7 @@ Errors
 
 from . import testing as testing  # attention_ref.testing.assert_attention_close, like numpy.testing
 from .attention import scaled_dot_product_attention
+from .backward import AttentionGrads, attention_backward
 from .blockwise import blockwise_attention, merge_attention
 from .decoding import KVCache, decode_step
 from .masks import causal_mask, mask_to_bias, padding_mask, sliding_window_mask
@@ -63,11 +64,13 @@ from .varlen import varlen_attention
 __version__ = "0.1.0"
 
 __all__ = [
+    "AttentionGrads",
     "KVCache",
     "MultiHeadParams",
     "alibi_bias",
     "alibi_slopes",
     "apply_rope",
+    "attention_backward",
     "blockwise_attention",
     "causal_mask",
     "decode_step",

@@ -266,10 +266,11 @@ def check_last_dim(arr: np.ndarray, name: str, size: int, other: str) -> None:
         raise ValueError(f"{name} must have last dimension {size} to match {other}; got shape {arr.shape}")
 
 
-def check_shape(arr: np.ndarray, name: str, shape: tuple[int, ...]) -> None:
-    """Raise ValueError unless `arr` has exactly `shape`."""
+def check_shape(arr: np.ndarray, name: str, shape: tuple[int, ...], what: str = "") -> None:
+    """Raise ValueError unless `arr` has exactly `shape`; `what` says where that shape comes from."""
     if arr.shape != tuple(shape):
-        raise ValueError(f"{name} must have shape {tuple(shape)}; got {arr.shape}")
+        because = f" ({what})" if what else ""
+        raise ValueError(f"{name} must have shape {tuple(shape)}{because}; got {arr.shape}")
 
 
 def check_exact_ndim(arr: np.ndarray, name: str, ndim: int, layout: str) -> None:
