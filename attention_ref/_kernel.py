@@ -13,6 +13,7 @@ matmul and ufuncs.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import os
 import threading
@@ -31,6 +32,8 @@ MIN_BLOCK_ROWS = 64
 BANDED_BLOCKS = 8
 #: Below this much work (score entries computed plus key and value entries read) threads cost more than they save.
 _PARALLEL_MIN = 1 << 20
+#: Below this many score entries the dense kernel subtracts the row maximum rather than bounding the scores.
+_BOUND_MIN = 1 << 14
 
 _pool: ThreadPoolExecutor | None = None
 _blas_controller = None
@@ -161,9 +164,8 @@ def softmax_rows_times(scores, v, out, shift=True, sink=None) -> None:
     total = scores.sum(axis=-1, keepdims=True)  # (l, 1): sum_j e_j
     if sink is not None:
         total += np.exp(sink - m)
-    total[total == 0] = 1.0  # zero rows stay zero instead of 0/0
     np.matmul(scores, v, out=out)  # (l, Ev): sum_j e_j v_j
-    out /= total
+    np.divide(out, total, out=out, where=total != 0)  # zero rows stay as they are instead of 0/0
 
 
 def scaled_down_values(v, n_keys: int):
@@ -278,12 +280,12 @@ def dense_attention(problem) -> np.ndarray:
     # norms read all of k (S E per head), the shift two passes over the scores (2 L S): with fewer than
     # E / 2 queries (decoding) the shift is the cheaper of the two.
     limit = exp_limit(dtype) if p.bias is None and slopes is None else -1.0
-    if p.softcap is None and 2 * L < E:
-        limit = -1.0
+    n_batch = math.prod(batch)
+    if p.softcap is None and (2 * L < E or n_batch * L * S < _BOUND_MIN):
+        limit = -1.0  # the bound's few calls cost more than the passes they save in a tiny call
     if sinks is not None and not np.abs(sinks).max(initial=0.0) <= limit:
         limit = -1.0
     k_norms: dict = {}  # max_j |k_j| per task group, filled by whichever thread needs it first
-    n_batch = math.prod(batch)
     rows_per_block = block_rows(L, S, dtype.itemsize, n_batch, threads, banded=p.window is not None)
     n_row_blocks = -(-L // rows_per_block)
     # Tasks: one query block of a group of heads (the last batch axis). Small problems take all heads
@@ -296,7 +298,8 @@ def dense_attention(problem) -> np.ndarray:
     # block's additive term (mask, window, bias) is built once, shared, and dropped
     # when its last group is done: O(threads * rows * S), not O(L * S). Only
     # the keys some query of the block may see under the window are used.
-    tasks = [(o, h0, r0) for r0 in range(0, L, rows_per_block) for o in np.ndindex(*outer) for h0 in heads]
+    outer_indices = list(itertools.product(*map(range, outer)))  # np.ndindex costs more for one index
+    tasks = [(o, h0, r0) for r0 in range(0, L, rows_per_block) for o in outer_indices for h0 in heads]
     extras: dict = {}
     uses = dict.fromkeys(range(0, L, rows_per_block), 0)
     lock = threading.Lock()
