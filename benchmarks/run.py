@@ -316,6 +316,87 @@ def bench_window(n: int, window: tuple[int, int] = WINDOW) -> dict:
     }
 
 
+#: The tiled backward's block size in the benchmark (its time and its traced peak at --memory-n).
+BACKWARD_BLOCK = 512
+
+
+def _backward_candidates(q, k, v, dout, is_causal):
+    """attention_backward dense and tiled (given the forward's out and lse) and PyTorch autograd's SDPA backward."""
+    out, lse = ar.blockwise_attention(q, k, v, is_causal=is_causal, return_lse=True)
+    cands = {
+        "dense": lambda: ar.attention_backward(q, k, v, dout, is_causal=is_causal, out=out, lse=lse),
+        "tiled": lambda: ar.attention_backward(q, k, v, dout, is_causal=is_causal, out=out, lse=lse,
+                                               block_size=BACKWARD_BLOCK),
+    }
+    try:
+        import torch
+        import torch.nn.functional as F
+    except ImportError:
+        return cands
+    tq, tk, tv = (torch.from_numpy(a).requires_grad_() for a in (q, k, v))
+    t_out = F.scaled_dot_product_attention(tq, tk, tv, is_causal=is_causal)  # the forward, once, outside the timing
+    t_dout = torch.from_numpy(dout)
+
+    def torch_call():
+        return torch.autograd.grad(t_out, (tq, tk, tv), t_dout, retain_graph=True)
+
+    expected = torch_call()
+    for name, fn in cands.items():
+        got = fn()
+        for mine, theirs in zip(got[:3], expected, strict=True):
+            assert np.allclose(mine, theirs.numpy(), rtol=1e-3, atol=1e-4), f"backward {name} disagrees with torch"
+    cands["torch"] = torch_call
+    return cands
+
+
+def bench_backward(repeats: int, lengths=LENGTHS) -> list[dict]:
+    """The backward pass at (1, 8, L, 64), L = S, causal and not, float32 and float64: times and ratios to torch."""
+    rows = []
+    rng = np.random.default_rng(4)
+    for dtype in DTYPES:
+        for L in lengths:
+            for is_causal in (False, True):
+                q, k, v, dout = (rng.standard_normal((*SHAPE_BH, L, E)).astype(dtype) for _ in range(4))
+                cands = _backward_candidates(q, k, v, dout, is_causal)
+                best = _interleaved(cands, repeats)
+                row = {"dtype": dtype, "L": L, "is_causal": is_causal, **{f"{n}_s": t for n, t in best.items()}}
+                if "torch" in best:
+                    row.update({f"{n}_ratio": t / best["torch"] for n, t in best.items() if n != "torch"})
+                rows.append(row)
+                del cands
+                gc.collect()
+    return rows
+
+
+def bench_backward_memory(n: int, block_size: int = BACKWARD_BLOCK) -> dict:
+    """Peak traced memory growth of the tiled causal backward at L = S = n, E = 64, float64, one head."""
+    rng = np.random.default_rng(5)
+    q, k, v, dout = (rng.standard_normal((n, E)) for _ in range(4))
+    out, lse = ar.blockwise_attention(q, k, v, is_causal=True, return_lse=True)
+    grads, seconds, peak = _traced(
+        lambda: ar.attention_backward(q, k, v, dout, is_causal=True, out=out, lse=lse, block_size=block_size))
+    assert all(np.isfinite(g).all() for g in grads[:3])
+    return {
+        "n": n,
+        "block_size": block_size,
+        "peak_growth_MiB": peak / 2**20,
+        "gradients_MiB": sum(g.nbytes for g in grads[:3]) / 2**20,
+        "dense_scores_MiB": n * n * 8 / 2**20,
+        "seconds": seconds,
+    }
+
+
+def fmt_backward(rows: list[dict]) -> str:
+    """The backward benchmark as a fixed-width table."""
+    head = f"{'dtype':8} {'L':>5} {'causal':>6} {'torch ms':>9} {'dense/torch':>11} {'tiled/torch':>11}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        t = r.get("torch_s")
+        lines.append(f"{r['dtype']:8} {r['L']:>5} {r['is_causal']!s:>6} " + (
+            f"{1e3 * t:>9.1f} {r['dense_ratio']:>11.2f} {r['tiled_ratio']:>11.2f}" if t else f"{'-':>9}"))
+    return "\n".join(lines)
+
+
 def bench_import(repeats: int = 7) -> dict:
     """Best wall time of a fresh interpreter importing attention_ref, minus a bare interpreter."""
 
@@ -349,6 +430,15 @@ def fmt_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def fmt_backward_memory(r: dict) -> str:
+    """The tiled backward's memory run as one line."""
+    return (
+        f"tiled backward causal L=S={r['n']} E={E} float64 block {r['block_size']}: peak growth "
+        f"{r['peak_growth_MiB']:.1f} MiB (gradients {r['gradients_MiB']:.1f} MiB; dense scores would need "
+        f"{r['dense_scores_MiB']:.0f} MiB), {r['seconds']:.1f} s"
+    )
+
+
 def fmt_window(r: dict) -> str:
     """The windowed run against the full one, as two lines."""
     return (
@@ -376,6 +466,10 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--shape-repeats", type=int, default=7)
     parser.add_argument(
+        "--only-backward", action="store_true",
+        help="run only the backward pass (times and the tiled memory peak) and merge it into the --write file",
+    )
+    parser.add_argument(
         "--quick", action="store_true",
         help="only the oracle shapes, without the long causal one, best of 3: under a minute; writes nothing",
     )
@@ -383,6 +477,17 @@ def main(argv=None) -> int:
 
     if args.quick:
         print(fmt_shapes(bench_shapes(3, quick=True)))
+        return 0
+    if args.only_backward:
+        backward = bench_backward(args.shape_repeats)
+        print(fmt_backward(backward))
+        backward_memory = bench_backward_memory(args.memory_n)
+        print(fmt_backward_memory(backward_memory))
+        if args.write:
+            result = json.loads(args.write.read_text()) if args.write.exists() else {}
+            result.update(backward=backward, backward_memory=backward_memory)
+            args.write.write_text(json.dumps(result, indent=2) + "\n")
+            print(f"merged backward into {args.write}")
         return 0
     if args.only_shapes:
         shapes = bench_shapes(args.shape_repeats)
@@ -411,6 +516,10 @@ def main(argv=None) -> int:
     print(fmt_table(rows))
     shapes = bench_shapes(args.shape_repeats)
     print(fmt_shapes(shapes))
+    backward = bench_backward(args.shape_repeats)
+    print(fmt_backward(backward))
+    backward_memory = bench_backward_memory(args.memory_n)
+    print(fmt_backward_memory(backward_memory))
     memory = bench_memory(args.memory_n, None)
     print(
         f"blockwise causal L=S={memory['n']} E={E} float64: peak growth {memory['peak_growth_MiB']:.1f} MiB "
@@ -437,6 +546,8 @@ def main(argv=None) -> int:
             "shape": {"batch": SHAPE_BH[0], "heads": SHAPE_BH[1], "E": E},
             "kernels": rows,
             "shapes": shapes,
+            "backward": backward,
+            "backward_memory": backward_memory,
             "memory": memory,
             "long_run": long,
             "window_run": window_run,
