@@ -140,6 +140,15 @@ def _interleaved(cands: dict, repeats: int) -> dict:
     return best
 
 
+def _timed_row(cands: dict, repeats: int, **fields) -> dict:
+    """`fields` with each candidate's best time (``<name>_s``) and its ratio to torch's (``<name>_ratio``)."""
+    best = _interleaved(cands, repeats)
+    row = {**fields, **{f"{n}_s": t for n, t in best.items()}}
+    if "torch" in best:
+        row.update({f"{n}_ratio": t / best["torch"] for n, t in best.items() if n != "torch"})
+    return row
+
+
 def _decode_call(q, k, v):
     """``decode_step`` of the last position on a cache holding the others, the cache rewound after each call."""
     cache = ar.KVCache(k[..., :-1, :], v[..., :-1, :])
@@ -229,11 +238,7 @@ def bench_shapes(repeats: int, quick: bool = False) -> list[dict]:
     for dtype in DTYPES:
         for name, shape, opts in cases:
             cands = _mha_candidates(dtype, rng) if opts.get("mha") else _shape_candidates(shape, opts, dtype, rng)
-            best = _interleaved(cands, repeats)
-            row = {"case": name, "shape": list(shape), "dtype": dtype, **{f"{n}_s": t for n, t in best.items()}}
-            if "torch" in best:
-                row.update({f"{n}_ratio": t / best["torch"] for n, t in best.items() if n != "torch"})
-            rows.append(row)
+            rows.append(_timed_row(cands, repeats, case=name, shape=list(shape), dtype=dtype))
             del cands
             gc.collect()
     return rows
@@ -358,11 +363,7 @@ def bench_backward(repeats: int, lengths=LENGTHS) -> list[dict]:
             for is_causal in (False, True):
                 q, k, v, dout = (rng.standard_normal((*SHAPE_BH, L, E)).astype(dtype) for _ in range(4))
                 cands = _backward_candidates(q, k, v, dout, is_causal)
-                best = _interleaved(cands, repeats)
-                row = {"dtype": dtype, "L": L, "is_causal": is_causal, **{f"{n}_s": t for n, t in best.items()}}
-                if "torch" in best:
-                    row.update({f"{n}_ratio": t / best["torch"] for n, t in best.items() if n != "torch"})
-                rows.append(row)
+                rows.append(_timed_row(cands, repeats, dtype=dtype, L=L, is_causal=is_causal))
                 del cands
                 gc.collect()
     return rows
