@@ -163,6 +163,27 @@ def _decode_call(q, k, v):
     return call
 
 
+def _gemm_call(q, k, v, rows: int = 512):
+    """The two matrix products of attention alone, in blocks of `rows` queries: a floor no NumPy kernel beats.
+
+    ``q k^T`` into a reused score buffer and that buffer times ``v``, with BLAS on its own threads; no
+    exponential, no normalisation, and every score computed (a causal kernel may skip half).
+    """
+    L, S = q.shape[-2], k.shape[-2]
+    n = min(L, rows)
+    scores = np.empty((*q.shape[:-2], n, S), dtype=q.dtype)
+    out = np.empty((*q.shape[:-2], n, v.shape[-1]), dtype=q.dtype)
+    kt = np.swapaxes(k, -1, -2)
+
+    def call():
+        for r0 in range(0, L, n):
+            m = min(n, L - r0)
+            np.matmul(q[..., r0:r0 + m, :], kt, out=scores[..., :m, :])
+            np.matmul(scores[..., :m, :], v, out=out[..., :m, :])
+
+    return call
+
+
 def _shape_candidates(shape, options, dtype, rng):
     """The package's calls, PyTorch's and the arrays, for one benchmark shape."""
     B, H, L, S, E_ = shape
@@ -197,6 +218,7 @@ def _shape_candidates(shape, options, dtype, rng):
             got = fn()
             assert np.allclose(got, expected, rtol=1e-4, atol=1e-5), f"{name} disagrees with torch at {shape}"
         cands["torch"] = torch_call
+    cands["gemm"] = _gemm_call(q, k, v)
     return cands
 
 
@@ -246,7 +268,7 @@ def bench_shapes(repeats: int, quick: bool = False) -> list[dict]:
 
 def fmt_shapes(rows: list[dict]) -> str:
     """The shape benchmark as a fixed-width table: ours/torch per function, torch's time."""
-    impls = ("sdpa", "blockwise", "decode_step", "multi_head_attention")
+    impls = ("sdpa", "blockwise", "decode_step", "multi_head_attention", "gemm")
     head = f"{'case':13} {'dtype':8} {'torch ms':>9} " + " ".join(f"{i[:11]:>11}" for i in impls)
     lines = [head, "-" * len(head)]
     for r in rows:
