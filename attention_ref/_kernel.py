@@ -292,7 +292,9 @@ def dense_attention(problem) -> np.ndarray:
     # in one batched product; large ones one head per task, as many tasks as keep the threads busy.
     n_heads, outer = (batch[-1], batch[:-1]) if batch else (1, ())
     n_outer = math.prod(outer)
-    group = heads_per_task(n_heads, min(L, rows_per_block) * S * dtype.itemsize, n_row_blocks * n_outer, threads)
+    work = n_batch * S * (L + E + Ev)  # scores computed, keys and values read
+    busy = threads if work >= _PARALLEL_MIN else 1  # below it run_blocks takes the tasks in turn
+    group = heads_per_task(n_heads, min(L, rows_per_block) * S * dtype.itemsize, n_row_blocks * n_outer, busy)
     heads = range(0, n_heads, group)
     # The head groups of one query block run one after another, so that the
     # block's additive term (mask, window, bias) is built once, shared, and dropped
@@ -368,5 +370,5 @@ def dense_attention(problem) -> np.ndarray:
                     softmax_rows_times(scores, v_small, target, sink=sink)
                     np.ldexp(target, e, out=target)
 
-    run_blocks(block, tasks, n_batch * S * (L + E + Ev), threads)
+    run_blocks(block, tasks, work, threads)
     return out.astype(p.out_dtype, copy=False)

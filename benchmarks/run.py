@@ -45,6 +45,7 @@ def machine() -> dict:
         "platform": platform.platform(),
         "python": platform.python_version(),
         "numpy": np.__version__,
+        "load_average": list(os.getloadavg()),  # 1, 5 and 15 minutes, at the start: others' work slows every call
     }
     try:
         from threadpoolctl import threadpool_info
