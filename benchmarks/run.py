@@ -152,9 +152,12 @@ def _timed_row(cands: dict, repeats: int, **fields) -> dict:
 
 def _decode_call(q, k, v):
     """``decode_step`` of the last position on a cache holding the others, the cache rewound after each call."""
-    cache = ar.KVCache(k[..., :-1, :], v[..., :-1, :])
-    state = cache._state()
     last_k, last_v = k[..., -1:, :], v[..., -1:, :]
+    cache = ar.KVCache(k[..., :-1, :], v[..., :-1, :])
+    cache.append(last_k, last_v)  # grows the buffers once, so that no timed call copies the cache
+    k_buffer, v_buffer, start, end = cache._state()
+    state = (k_buffer, v_buffer, start, end - 1)  # the cache before the last position, in the grown buffers
+    cache._restore(state)
 
     def call():
         out = ar.decode_step(q, last_k, last_v, cache)
