@@ -492,6 +492,8 @@ def main(argv=None) -> int:
         help="run only the oracle shapes (best of --shape-repeats) and merge them (as shapes) into the --write file",
     )
     parser.add_argument("--shape-repeats", type=int, default=7)
+    parser.add_argument("--backward-lengths", type=int, nargs="+", default=list(LENGTHS),
+                        help="L = S of the backward runs (default: the forward benchmark's)")
     parser.add_argument(
         "--only-backward", action="store_true",
         help="run only the backward pass (times and the tiled memory peak) and merge it into the --write file",
@@ -506,7 +508,7 @@ def main(argv=None) -> int:
         print(fmt_shapes(bench_shapes(3, quick=True)))
         return 0
     if args.only_backward:
-        backward = bench_backward(args.shape_repeats)
+        backward = bench_backward(args.shape_repeats, args.backward_lengths)
         print(fmt_backward(backward))
         backward_memory = bench_backward_memory(args.memory_n)
         print(fmt_backward_memory(backward_memory))
@@ -543,7 +545,7 @@ def main(argv=None) -> int:
     print(fmt_table(rows))
     shapes = bench_shapes(args.shape_repeats)
     print(fmt_shapes(shapes))
-    backward = bench_backward(args.shape_repeats)
+    backward = bench_backward(args.shape_repeats, args.backward_lengths)
     print(fmt_backward(backward))
     backward_memory = bench_backward_memory(args.memory_n)
     print(fmt_backward_memory(backward_memory))
