@@ -44,7 +44,8 @@ docs-clean:
 	rm -rf docs/_build
 
 ## The chapters as notebooks in notebooks/, which the Binder and Colab links open (commit them after a change).
-notebooks: $(DOCS_STAMP)
+## Made from the built book's downloadable notebooks (the glued numbers exist once the chapters have run).
+notebooks: docs
 	$(PY) docs/_ext/_launch_notebooks.py
 
 $(LIVE_STAMP): pyproject.toml $(DOCS_STAMP)

@@ -437,7 +437,7 @@ def attention_backward(
         if blocks is None:
             keep = None if dropout_p == 0 else rng.random(score_shape) >= dropout_p
             dq, dk, dv, dx, lse, delta = _dense(p, dout, out, lse, keep, dropout_p)
-            dbias = None if p.bias is None else _sum_to(dx, p.bias.shape)
+            dbias = None if p.bias is None else dx
         else:
             if lse is None or (out is None and dropout_p == 0):
                 # The forward, tile by tile: its lse (and, without dropout, its output).
@@ -453,21 +453,35 @@ def attention_backward(
         dsinks = None
         if p.sinks is not None:
             sink_weight = np.exp(p.sinks[..., None] - lse)  # (..., L): each row's weight on its sink
-            dsinks = _sum_to(-np.sum(sink_weight * delta, axis=-1), p.sinks.shape)
+            dsinks = -np.sum(sink_weight * delta, axis=-1)  # (..., H) over the full batch
 
-    heads = np.shape(k)[-3] if enable_gqa else None
-    grads = [
-        _sum_to(dq, p.q.shape),
-        _sum_groups(_sum_to(dk, p.k.shape), heads) if heads else _sum_to(dk, p.k.shape),
-        _sum_groups(_sum_to(dv, p.v.shape), heads) if heads else _sum_to(dv, p.v.shape),
-    ]
-    dtypes = [as_real_array(a, name).dtype for a, name in ((q, "q"), (k, "k"), (v, "v"))]
-    dq, dk, dv = (np.array(g, dtype=t) for g, t in zip(grads, dtypes, strict=True))
-    if dbias is not None:
-        dbias = np.array(dbias.reshape(np.shape(bias)), dtype=as_real_array(bias, "bias").dtype)
-    if dsinks is not None:
-        dsinks = np.array(dsinks.reshape(np.shape(sinks)), dtype=as_real_array(sinks, "sinks").dtype)
-    return AttentionGrads(dq, dk, dv, dbias, dsinks)
+    return finish_grads(p, q, k, v, options, dq, dk, dv, dbias, dsinks)
+
+
+def finish_grads(p: AttentionProblem, q, k, v, options: dict, dq, dk, dv, dbias, dsinks, dtype=None) -> AttentionGrads:
+    """Sum gradients computed over the full batch (and expanded heads) back to the inputs' shapes.
+
+    ``q``, ``k``, ``v``, ``options["bias"]`` and ``options["sinks"]`` are the
+    arguments as given; each gradient takes its argument's shape and dtype
+    (or `dtype` if given). ``dbias`` and ``dsinks`` may be None.
+    """
+    heads = np.shape(k)[-3] if options.get("enable_gqa") else None
+
+    def finish(grad, shape, arg, name, grouped=False):
+        if shape is None:  # no such argument
+            return None
+        grad = _sum_to(grad, shape)  # over the axes the argument was broadcast along
+        if grouped and heads:
+            grad = _sum_groups(grad, heads)  # over each key/value head's group of query heads
+        return np.array(grad.reshape(np.shape(arg)), dtype=dtype or as_real_array(arg, name).dtype)
+
+    return AttentionGrads(
+        finish(dq, p.q.shape, q, "q"),
+        finish(dk, p.k.shape, k, "k", grouped=True),
+        finish(dv, p.v.shape, v, "v", grouped=True),
+        finish(dbias, None if p.bias is None else p.bias.shape, options.get("bias"), "bias"),
+        finish(dsinks, None if p.sinks is None else p.sinks.shape, options.get("sinks"), "sinks"),
+    )
 
 
 def _checked(arr, name: str, shape, what: str, dtype) -> np.ndarray:

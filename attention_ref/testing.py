@@ -24,8 +24,9 @@ import numpy as np
 
 from ._validation import as_real_array, check_real, is_bfloat16
 from .attention import prepare_attention, scaled_dot_product_attention
+from .backward import AttentionGrads, attention_backward, finish_grads
 
-__all__ = ["assert_attention_close"]
+__all__ = ["assert_attention_close", "assert_attention_grads_close"]
 
 #: Machine epsilon (spacing of the numbers just above 1) of each dtype `actual` may have.
 _EPS = {"float16": 2.0**-10, "bfloat16": 2.0**-7, "float32": 2.0**-23, "float64": 2.0**-52}
@@ -37,7 +38,7 @@ _ATOL_UNITS = {"float16": 1.0, "bfloat16": 1.0, "float32": 16.0, "float64": 16.0
 _NOT_OPTIONS = ("return_weights", "dropout_p", "rng")
 
 
-def _output_array(actual) -> np.ndarray:
+def _output_array(actual, name: str = "actual") -> np.ndarray:
     """`actual` as a float16/32/64 or bfloat16 ndarray; integers, booleans and the rest are a TypeError."""
     if isinstance(actual, np.ndarray):
         original = actual.dtype
@@ -46,31 +47,43 @@ def _output_array(actual) -> np.ndarray:
             original = np.asarray(actual).dtype
         except (TypeError, ValueError):
             original = np.dtype(object)  # as_real_array below names the problem
-    arr = as_real_array(actual, "actual")
+    arr = as_real_array(actual, name)
     if original.kind in "iu":
         raise TypeError(
-            f"actual must be a kernel's floating-point output (float16, float32, float64 or bfloat16); "
+            f"{name} must be a kernel's floating-point output (float16, float32, float64 or bfloat16); "
             f"got dtype {original}"
         )
     return arr
 
 
-def _naive_attention(q, k, v, dtype: np.dtype, options: dict) -> np.ndarray:
-    """The textbook formula with every step rounded to `dtype` (the baseline; see assert_attention_close)."""
+def _rounding(dtype: np.dtype):
+    """``(rnd, work)``: rounding of every step to `dtype`, computed in `work` (float32 for 16-bit dtypes)."""
     rounds = dtype.itemsize < 4  # float16, bfloat16: products accumulate in float32, each step is rounded
     work = np.dtype(np.float32) if rounds else dtype
 
     def rnd(x):
         return x.astype(dtype).astype(work) if rounds else x.astype(work, copy=False)
 
+    return rnd, work
+
+
+def _naive_forward(q, k, v, dtype: np.dtype, options: dict):
+    """The textbook forward with every step rounded to `dtype`: ``(p, weights, capped, sink_weight, out)``.
+
+    ``capped`` is ``tanh(s / c)`` of the soft cap (None without one), ``sink_weight`` each row's weight on
+    its sink (None without sinks); ``out`` is not broadcast to the output's batch shape.
+    """
+    rnd, work = _rounding(dtype)
     q, k, v = (as_real_array(a, name).astype(dtype) for a, name in ((q, "q"), (k, "k"), (v, "v")))
     p = prepare_attention(q, k, v, **options)  # the package's own masks, window, bias and ALiBi
     sinks = p.sinks
+    capped = sink_weight = None
     with np.errstate(invalid="ignore", over="ignore"):  # overflow to inf and NaN are the baseline's own
         s = rnd(p.q.astype(work) @ np.swapaxes(p.k.astype(work), -1, -2))  # (..., L, S)
         s = rnd(s * work.type(p.scale))
         if p.softcap is not None:
-            s = rnd(p.cap(s))
+            tanh = np.tanh(s / work.type(p.softcap))
+            s, capped = rnd(tanh * work.type(p.softcap)), rnd(tanh)
         extra = p.additive()
         if extra is not None:
             s = rnd(s + rnd(extra.astype(work)))
@@ -82,11 +95,38 @@ def _naive_attention(q, k, v, dtype: np.dtype, options: dict) -> np.ndarray:
         e = rnd(np.exp(rnd(s - top)))
         total = e.sum(axis=-1, keepdims=True)
         if sinks is not None:
-            total = total + rnd(np.exp(rnd(sinks - top)))
+            sink_e = rnd(np.exp(rnd(sinks - top)))
+            total = total + sink_e
         total = rnd(total)
-        weights = rnd(e / np.where(total > 0, total, 1.0))  # rows with no allowed key: zeros
+        safe_total = np.where(total > 0, total, 1.0)
+        weights = rnd(e / safe_total)  # rows with no allowed key: zeros
+        if sinks is not None:
+            sink_weight = rnd(sink_e / safe_total)[..., 0]  # (..., L)
         out = rnd(weights @ p.v.astype(work))  # (..., L, Ev)
+    return p, weights, capped, sink_weight, out
+
+
+def _naive_attention(q, k, v, dtype: np.dtype, options: dict) -> np.ndarray:
+    """The textbook formula with every step rounded to `dtype` (the baseline; see assert_attention_close)."""
+    p, _, _, _, out = _naive_forward(q, k, v, dtype, options)
     return np.broadcast_to(out, p.out_shape).astype(dtype)
+
+
+def _naive_backward(q, k, v, dout, dtype: np.dtype, options: dict) -> AttentionGrads:
+    """The textbook backward with every step rounded to `dtype` (the baseline of assert_attention_grads_close)."""
+    rnd, work = _rounding(dtype)
+    p, w, capped, sink_weight, out = _naive_forward(q, k, v, dtype, options)
+    do = rnd(as_real_array(dout, "dout").astype(work))
+    with np.errstate(invalid="ignore", over="ignore"):
+        dv = rnd(np.swapaxes(w, -1, -2) @ do)  # (..., S, Ev)
+        dp = rnd(do @ np.swapaxes(p.v.astype(work), -1, -2))  # (..., L, S)
+        delta = rnd(np.sum(rnd(do * out), axis=-1))  # (..., L)
+        dx = rnd(w * rnd(dp - delta[..., None]))  # the bias's gradient
+        ds = dx if capped is None else rnd(dx * rnd(1 - rnd(capped * capped)))
+        dq = rnd(rnd(ds @ p.k.astype(work)) * work.type(p.scale))
+        dk = rnd(rnd(np.swapaxes(ds, -1, -2) @ p.q.astype(work)) * work.type(p.scale))
+        dsinks = None if sink_weight is None else rnd(-np.sum(rnd(sink_weight * delta), axis=-1))
+    return finish_grads(p, q, k, v, options, dq, dk, dv, dx, dsinks, dtype=dtype)
 
 
 def _errors(actual: np.ndarray, reference: np.ndarray) -> np.ndarray:
@@ -266,12 +306,23 @@ def assert_attention_close(actual, q, k, v, *, factor=2.0, atol=None, **options)
             f"got {actual.shape}"
         )
     baseline = _naive_attention(q, k, v, dtype, options)
+    failure = _compare(actual, reference, baseline, factor, atol)
+    if failure:
+        raise AssertionError(failure)
 
+
+def _dtype_name(dtype: np.dtype) -> str:
+    return "bfloat16" if is_bfloat16(dtype) else dtype.name
+
+
+def _compare(actual, reference, baseline, factor: float, atol, what: str = "") -> str:
+    """The failure message of the 2x rule (see assert_attention_close), or "" if `actual` passes."""
+    dtype = np.dtype(actual.dtype)
+    name = _dtype_name(dtype)
     finite = np.isfinite(reference)
     scale = float(np.max(np.abs(reference[finite]), initial=0.0))
-    eps = _EPS["bfloat16" if is_bfloat16(dtype) else dtype.name]
     if atol is None:
-        atol = _ATOL_UNITS["bfloat16" if is_bfloat16(dtype) else dtype.name] * eps * scale
+        atol = _ATOL_UNITS[name] * _EPS[name] * scale
     err = _errors(actual, reference)
     base_err = _errors(baseline, reference)
     counted = finite & np.isfinite(base_err)
@@ -279,16 +330,166 @@ def assert_attention_close(actual, q, k, v, *, factor=2.0, atol=None, **options)
     bound = factor * base_max + atol
     bad = err > bound
     if not bad.any():
-        return
+        return ""
     worst = np.unravel_index(np.argmax(np.where(bad, err, -1.0)), err.shape)
     index = tuple(int(i) for i in worst)
     ratio = err[worst] / base_max if base_max > 0 else np.inf
-    name = "bfloat16" if is_bfloat16(dtype) else dtype.name
-    raise AssertionError(
-        f"{int(bad.sum())} of {bad.size} elements are too far from the float64 reference\n"
+    return (
+        f"{what}{int(bad.sum())} of {bad.size} elements are too far from the float64 reference\n"
         f"allowed: factor * (naive {name} baseline's largest error) + atol = "
         f"{factor:g} * {base_max:.3g} + {atol:.3g} = {bound:.3g}\n"
         f"largest error {err[worst]:.3g} at index {index}: actual {float(actual[worst]):.6g}, "
         f"reference {reference[worst]:.6g}, baseline's error there {base_err[worst]:.3g}\n"
         f"ratio to the baseline's largest error: {ratio:.3g}"
     )
+
+
+def assert_attention_grads_close(actual, q, k, v, dout, *, factor=2.0, atol=None, **options):
+    r"""Assert that a kernel's attention gradients are as accurate as their dtype allows.
+
+    The backward counterpart of `assert_attention_close`, by the same rule
+    applied to each gradient separately, as FlashAttention's backward tests
+    do: every element of each gradient must be within ``factor`` times the
+    largest error of a naive backward in the same dtype (plus `atol`) of
+    the float64 gradients of `attention_ref.attention_backward`.
+
+    Parameters
+    ----------
+    actual : sequence of array_like
+        The kernel's gradients ``(dq, dk, dv)``, or ``(dq, dk, dv, dbias,
+        dsinks)`` like an `attention_ref.AttentionGrads` (None where the
+        kernel has no such gradient; those given are checked). Each is
+        checked in its own dtype: float16, float32, float64 or bfloat16.
+    q : array_like, shape (..., L, E)
+        Queries, as given to the kernel.
+    k : array_like, shape (..., S, E)
+        Keys.
+    v : array_like, shape (..., S, Ev)
+        Values.
+    dout : array_like, shape (..., L, Ev)
+        The gradient of the loss with respect to the output that the
+        kernel's backward received.
+    factor : float, optional
+        How many times the baseline's largest error each gradient may
+        reach. Default 2.0, as in FlashAttention's tests.
+    atol : float, optional
+        Absolute slack added to each bound. Default as in
+        `assert_attention_close`, from each gradient's dtype and largest
+        reference entry.
+    **options
+        Keyword arguments of `attention_ref.scaled_dot_product_attention`
+        describing the attention, as for `assert_attention_close`
+        (``return_weights``, ``dropout_p`` and ``rng`` are not accepted).
+
+    Returns
+    -------
+    None
+        Returns quietly when every gradient is close enough.
+
+    Raises
+    ------
+    AssertionError
+        If some element of a gradient is too far from the reference; the
+        message names the gradient, then reads as `assert_attention_close`'s.
+    TypeError
+        If a gradient is not a float16, float32, float64 or bfloat16 array,
+        `actual` is not a sequence of 3 to 5 entries, or as
+        `assert_attention_close`.
+    ValueError
+        If a gradient does not have the shape of its argument, `dbias` is
+        given without a `bias` (or `dsinks` without `sinks`), or as
+        `assert_attention_close`.
+
+    See Also
+    --------
+    attention_ref.attention_backward : The reference, run on float64 copies.
+    assert_attention_close : The same check of the forward output.
+
+    Notes
+    -----
+    For each gradient :math:`G` (``dq``, ``dk``, ``dv`` and, when given,
+    ``dbias`` and ``dsinks``) with reference :math:`R_G` (float64
+    `attention_backward`) and baseline :math:`N_G`:
+
+    .. math::
+
+        |G - R_G| \le \mathrm{factor} \cdot \max |N_G - R_G|
+        + \mathrm{atol}_G .
+
+    The baseline is the textbook backward in the gradient's dtype, every
+    step rounded as in `assert_attention_close` (float16 and bfloat16
+    computed in float32 and rounded after each step): the forward's
+    weights :math:`P`, output :math:`O`, and then :math:`dV = P^\top dO`,
+    :math:`dP = dO\, V^\top`, :math:`D = \mathrm{rowsum}(dO \circ O)`,
+    :math:`dX = P \circ (dP - D)` (times :math:`1 - \tanh^2` under a soft
+    cap), :math:`dQ = \sigma\, dX K`, :math:`dK = \sigma\, dX^\top Q`,
+    and the sinks' :math:`-\sum_i P^{\mathrm{sink}}_i D_i`.
+    FlashAttention's tests compare ``dq``, ``dk`` and ``dv`` with the
+    gradients of their reference in float32 by the same factor 2 over a
+    reference evaluated in the kernel's dtype.
+
+    Examples
+    --------
+    The package's own backward in float16 (computed in float32) passes; a
+    backward that ignores the soft cap does not, and each failing gradient
+    is reported:
+
+    >>> import numpy as np
+    >>> from attention_ref import attention_backward
+    >>> from attention_ref.testing import assert_attention_grads_close
+    >>> rng = np.random.default_rng(0)
+    >>> q, k, v, dout = rng.standard_normal((4, 2, 16, 8)).astype(np.float16)
+    >>> grads = attention_backward(q, k, v, dout, softcap=1.0, block_size=4)
+    >>> assert_attention_grads_close(grads, q, k, v, dout, softcap=1.0)
+    >>> uncapped = attention_backward(q, k, v, dout)
+    >>> assert_attention_grads_close(uncapped, q, k, v, dout, softcap=1.0)
+    Traceback (most recent call last):
+    ...
+    AssertionError: dq: 255 of 256 elements are too far from the float64 reference
+    allowed: factor * (naive float16 baseline's largest error) + atol = 2 * 0.000595 + 0.000582 = 0.00177
+    largest error 1.2 at index (1, 10, 4): actual 1.3252, reference 0.124797, baseline's error there 1.99e-05
+    ratio to the baseline's largest error: 2.02e+03
+    dk: 250 of 256 elements are too far from the float64 reference
+    allowed: factor * (naive float16 baseline's largest error) + atol = 2 * 0.00052 + 0.000537 = 0.00158
+    largest error 1.24 at index (1, 2, 2): actual -1.48535, reference -0.24819, baseline's error there 0.000101
+    ratio to the baseline's largest error: 2.38e+03
+    dv: 248 of 256 elements are too far from the float64 reference
+    allowed: factor * (naive float16 baseline's largest error) + atol = 2 * 0.000387 + 0.000875 = 0.00165
+    largest error 0.834 at index (0, 3, 5): actual -1.5, reference -0.665751, baseline's error there 0.000264
+    ratio to the baseline's largest error: 2.15e+03
+    """
+    for name in _NOT_OPTIONS:
+        if name in options:
+            raise TypeError(
+                f"assert_attention_grads_close compares deterministic gradients; {name} is not an option here"
+            )
+    if isinstance(actual, np.ndarray) or not isinstance(actual, (tuple, list)) or not 3 <= len(actual) <= 5:
+        raise TypeError(
+            "actual must be a sequence (dq, dk, dv) or (dq, dk, dv, dbias, dsinks), like AttentionGrads; "
+            f"got {type(actual).__name__}" + (f" of length {len(actual)}" if isinstance(actual, (tuple, list)) else "")
+        )
+    factor = check_real(factor, "factor", minimum=0.0)
+    if atol is not None:
+        atol = check_real(atol, "atol", minimum=0.0)
+    given = dict(zip(AttentionGrads._fields[: len(actual)], actual, strict=True))
+    wide = {name: options.get(name) for name in ("bias", "sinks") if options.get(name) is not None}
+    wide = {name: as_real_array(a, name).astype(np.float64) for name, a in wide.items()}
+    reference = attention_backward(
+        *(as_real_array(a, name).astype(np.float64) for a, name in ((q, "q"), (k, "k"), (v, "v"), (dout, "dout"))),
+        **{**options, **wide},
+    )
+    failures = []
+    for field, grad in given.items():
+        if grad is None:
+            continue
+        want = getattr(reference, field)
+        if want is None:
+            raise ValueError(f"actual has {field} but the options have no {field[1:]} to differentiate")
+        grad = _output_array(grad, f"actual.{field}")
+        if grad.shape != want.shape:
+            raise ValueError(f"actual.{field} must have the shape of {field[1:]}, {want.shape}; got {grad.shape}")
+        baseline = getattr(_naive_backward(q, k, v, dout, np.dtype(grad.dtype), options), field)
+        failures.append(_compare(grad, want, baseline, factor, atol, what=f"{field}: "))
+    failures = [f for f in failures if f]
+    if failures:
+        raise AssertionError("\n".join(failures))

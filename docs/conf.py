@@ -29,15 +29,15 @@ extensions = [
     "numpydoc",
     "sphinx.ext.intersphinx",
     "sphinx.ext.mathjax",
-    "sphinx-mathjax-offline",  # MathJax 3 copied into _static/mathjax/: no page loads it from a CDN
     "sphinx_copybutton",
     # Local extensions (_ext/):
     "execution_cache",  # execution cache keyed on the package source; deterministic, quiet chapter runs
     "chapter_execution",  # chapters missing from the cache run side by side, over encrypted kernel channels
     "exact_streams",  # a cell's printed output joined exactly, as the kernel wrote it
-    "notebook_download",  # each chapter's executed notebook in the download menu, the same every build
+    "notebook_download",  # each chapter's executed notebook in the download menu, its Markdown made plain
     "search_index",  # incremental builds keep searchindex.js complete and equal clean builds
     "early_assets",  # MathJax's and MyST-NB's files in place before pages are written
+    "mathjax_prune",  # MathJax 3 self-hosted (sphinx-mathjax-offline): only the files tex-chtml.js can request
     "citation_roles",  # citations get an ARIA role axe accepts
     "live_code",  # "Live code" button: cells run on make serve's kernel or Binder; launch menu when the repo is known
 ]

@@ -2,6 +2,7 @@
 
 import importlib
 import os
+import subprocess
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -35,6 +36,18 @@ def require(module_name):
         if IN_CI:
             pytest.fail(f"{module_name} is required in CI but could not be imported: {exc}")
         pytest.skip(f"{module_name} is not installed")
+
+
+def python_without_the_package():
+    """The command of a Python that cannot import attention_ref, as a reader's fresh interpreter: this
+    environment's interpreter, isolated (``-I``) and without site-packages (``-S``), so that neither an installed
+    nor an editable attention_ref (nor any other third-party package) is visible, whatever the base interpreter
+    has installed. Fails if attention_ref can still be imported."""
+    command = [sys.executable, "-I", "-S"]
+    probe = subprocess.run([*command, "-c", "import attention_ref"], capture_output=True)
+    if probe.returncode == 0:
+        pytest.fail(f"{' '.join(command)} can import attention_ref; the test needs a Python without it")
+    return command
 
 
 def ext_module(name, *needs):

@@ -733,17 +733,23 @@ def test_rows_the_window_empties_give_zeros_without_warning(rng, attend, sinks):
 @pytest.mark.parametrize("alignment", ALIGNMENTS)
 @pytest.mark.parametrize("is_causal", [False, True])
 @pytest.mark.parametrize(("L", "S"), [(4, 4), (3, 7), (7, 3)])
-def test_alibi_slopes_equal_alibi_bias(rng, alignment, is_causal, L, S):
+def test_alibi_slopes_equal_alibi_bias(rng, reference_attention, alignment, is_causal, L, S):
+    """The option, and the bias `alibi_bias` builds, both equal ALiBi written out in plain NumPy."""
+    from plain_options import alibi_plain, reference_with_options
+
     from attention_ref import alibi_bias, alibi_slopes
 
     q, k, v = qkv(rng, batch=(2, 4), L=L, S=S)
+    slopes = 2.0 ** (-8.0 / 4 * np.arange(1, 5))  # the paper's 2^(-8h/n) for n = 4 heads
+    np.testing.assert_array_equal(alibi_slopes(4), slopes)
+    np.testing.assert_allclose(alibi_bias(4, L, S, alignment=alignment), alibi_plain(slopes, L, S, alignment),
+                               rtol=0, atol=0)
     kwargs = {"causal_alignment": alignment, "is_causal": is_causal}
-    out, w = scaled_dot_product_attention(q, k, v, alibi_slopes=alibi_slopes(4), return_weights=True, **kwargs)
-    expected_out, expected_w = scaled_dot_product_attention(
-        q, k, v, bias=alibi_bias(4, L, S, alignment=alignment), return_weights=True, **kwargs
-    )
-    np.testing.assert_allclose(out, expected_out, rtol=0, atol=1e-14)
-    np.testing.assert_allclose(w, expected_w, rtol=0, atol=1e-15)
+    expected_out, expected_w, _ = reference_with_options(reference_attention, q, k, v, alibi_slopes=slopes, **kwargs)
+    for options in ({"alibi_slopes": alibi_slopes(4)}, {"bias": alibi_bias(4, L, S, alignment=alignment)}):
+        out, w = scaled_dot_product_attention(q, k, v, return_weights=True, **options, **kwargs)
+        np.testing.assert_allclose(out, expected_out, rtol=0, atol=1e-14)
+        np.testing.assert_allclose(w, expected_w, rtol=0, atol=1e-15)
 
 
 @pytest.mark.parametrize("slopes_shape", [(), (3,), (2, 3), (2, 1)])

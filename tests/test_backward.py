@@ -11,6 +11,7 @@ import warnings
 
 import numpy as np
 import pytest
+from conftest import require
 from plain_options import reference_with_options
 
 from attention_ref import (
@@ -279,7 +280,7 @@ DTYPES = ["float16", "bfloat16", "float32"]
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_low_precision_in_same_dtype_out_close_to_float64(dtype, block_size):
     if dtype == "bfloat16":
-        dtype = pytest.importorskip("ml_dtypes").bfloat16
+        dtype = require("ml_dtypes").bfloat16
     q, k, v, dout, options = problem("everything")
     low = [a.astype(dtype) for a in (q, k, v, dout)]
     options = {**options, "bias": options["bias"].astype(dtype), "sinks": options["sinks"].astype(dtype)}

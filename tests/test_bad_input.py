@@ -20,11 +20,13 @@ import pytest
 
 import attention_ref
 from attention_ref import (
+    AttentionGrads,
     KVCache,
     MultiHeadParams,
     alibi_bias,
     alibi_slopes,
     apply_rope,
+    attention_backward,
     blockwise_attention,
     causal_mask,
     decode_step,
@@ -73,6 +75,11 @@ def sdpa(**changes):
 def blockwise(**changes):
     args = {"q": Q, "k": K, "v": V} | changes
     return call(blockwise_attention, args.pop("q"), args.pop("k"), args.pop("v"), **args)
+
+
+def backward(**changes):
+    args = {"q": Q, "k": K, "v": V, "dout": np.ones((2, 3, 6))} | changes
+    return call(attention_backward, args.pop("q"), args.pop("k"), args.pop("v"), args.pop("dout"), **args)
 
 
 def params(**changes):
@@ -176,6 +183,10 @@ CASES = [
     ("mask_to_bias", "dtype-int", call(mask_to_bias, [True], dtype=int), TypeError, r"^dtype "),
     ("mask_to_bias", "dtype-complex", call(mask_to_bias, [True], dtype=np.complex128), TypeError, r"^dtype "),
     ("mask_to_bias", "dtype-nonsense", call(mask_to_bias, [True], dtype="banana"), TypeError, r"^dtype "),
+    # --- attention_backward, more cases below
+    ("attention_backward", "dout-str", backward(dout="d"), TypeError, r"^dout "),
+    ("attention_backward", "block-str", backward(block_size="a"), TypeError, r"^block_size "),
+    ("attention_backward", "scale-nan", backward(scale=np.nan), ValueError, r"^scale "),
     # --- scaled_dot_product_attention
     ("scaled_dot_product_attention", "q-None", sdpa(q=None), TypeError, r"^q "),
     ("scaled_dot_product_attention", "q-str", sdpa(q="q"), TypeError, r"^q "),
@@ -395,6 +406,23 @@ CASES = [
     ("blockwise_attention", "alibi_slopes-shape", blockwise(alibi_slopes=np.ones(5)), ValueError,
      r"^alibi_slopes must broadcast"),
     ("blockwise_attention", "sinks-nan", blockwise(sinks=np.nan), ValueError, r"^sinks must be finite"),
+    # --- attention_backward, AttentionGrads
+    ("attention_backward", "dout-shape", backward(dout=np.ones((2, 3, 5))), ValueError,
+     r"^dout must have shape \(2, 3, 6\) \(the shape of the attention output .*; got \(2, 3, 5\)"),
+    ("attention_backward", "dout-None", backward(dout=None), TypeError, r"^dout "),
+    ("attention_backward", "dout-bool", backward(dout=np.ones((2, 3, 6), bool)), TypeError, r"^dout "),
+    ("attention_backward", "out-shape", backward(out=np.ones((2, 6))), ValueError, r"^out must have shape \(2, 3, 6\)"),
+    ("attention_backward", "lse-shape", backward(lse=np.ones((2, 3, 1))), ValueError,
+     r"^lse must have shape \(2, 3\) .*; got \(2, 3, 1\)"),
+    ("attention_backward", "lse-complex", backward(lse=np.ones((2, 3)) + 0j), TypeError, r"^lse "),
+    ("attention_backward", "block_size-zero", backward(block_size=0), ValueError, r"^block_size must be >= 1; got 0"),
+    ("attention_backward", "block_size-float", backward(block_size=2.0), TypeError, r"^block_size "),
+    ("attention_backward", "block_size-pair-zero", backward(block_size=(2, 0)), ValueError, r"^block_size"),
+    ("attention_backward", "dropout_p-one", backward(dropout_p=1.0), ValueError, r"^dropout_p "),
+    ("attention_backward", "rng-missing", backward(dropout_p=0.5), TypeError, r"^rng "),
+    ("attention_backward", "E-mismatch", backward(k=K[..., :3]), ValueError, r"q and k"),
+    ("attention_backward", "sinks-nan", backward(sinks=np.nan), ValueError, r"^sinks must be finite"),
+    ("AttentionGrads", "missing-fields", call(AttentionGrads, Q, Q), TypeError, r"dv"),
     ("merge_attention", "outs-None", call(merge_attention, None, None), TypeError, r"^outs "),
     ("merge_attention", "outs-ndarray", call(merge_attention, np.ones((1, 2, 3)), np.ones((1, 2))), TypeError,
      r"^outs "),
@@ -558,6 +586,9 @@ def _float16_calls():
         "merge_attention": lambda: merge_attention([_f16(3, 2), _f16(3, 2)], [_f16(3), _f16(3)]),
         "decode_step": decoded,
         "KVCache": lambda: KVCache(k, v).keys,
+        "attention_backward": lambda: attention_backward(q, k, v, _f16(2, 2, 3, 6))[:3],
+        "attention_backward-options": lambda: attention_backward(q, k, v, _f16(2, 2, 3, 6), block_size=2,
+                                                                 **OPTIONS16)[:3],
     }
 
 

@@ -118,3 +118,21 @@ def test_citations_get_a_role_axe_accepts(ext):
     context = {"body": '<div role="list"><div class="citation" role="doc-biblioentry">x</div></div>'}
     roles.fix_citation_roles(None, "api/attention_ref.softmax", "page.html", context, None)
     assert context["body"] == '<div role="list"><div class="citation" role="listitem">x</div></div>'
+
+
+def test_an_embedded_record_with_nan_is_valid_python(ext, tmp_path, monkeypatch):
+    """A recorded NaN (PyTorch's softmax of a fully masked row) is written as float("nan"), not a bare nan."""
+    import json
+    import math
+
+    download = ext("notebook_download")
+    (tmp_path / "docs" / "chapters").mkdir(parents=True)
+    record = {"cases": {"empty_row": {"torch.softmax": [float("nan"), float("inf")], "note": "nan"}}}
+    (tmp_path / "docs" / "chapters" / "frameworks_record.json").write_text(json.dumps(record))
+    monkeypatch.setattr(download, "ROOT", tmp_path)
+    source = download._embedded("RECORD = json.loads(RECORD_FILE.read_text())")
+    namespace = {"json": json}
+    exec(source, namespace)
+    values = namespace["RECORD"]["cases"]["empty_row"]
+    assert math.isnan(values["torch.softmax"][0]) and values["torch.softmax"][1] == math.inf
+    assert values["note"] == "nan"

@@ -1,9 +1,9 @@
 """The committed notebooks the Binder and Colab links open (``notebooks/``, written by ``make notebooks``).
 
-They must be current (each is what ``docs/_ext/_launch_notebooks.py`` makes from its chapter now), hold the same
-code as the downloadable notebooks the build executes (which tests/test_notebooks_run.py runs outside the
-repository), and start with a setup cell that installs what is missing when run in Colab and says how
-elsewhere.
+They must be current (each is what ``docs/_ext/_launch_notebooks.py`` makes from the built book's notebook of its
+chapter now), hold the same cells as the downloadable notebooks the build executes (which tests/test_notebooks_run.py
+runs outside the repository) without their outputs, and start with a setup cell that installs what is missing
+when run in Colab and says how elsewhere.
 """
 
 from __future__ import annotations
@@ -11,11 +11,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import IN_CI, ext_module
+from conftest import IN_CI, ext_module, python_without_the_package
 
 ROOT = Path(__file__).resolve().parents[1]
 SITE = Path(os.environ.get("BOOK_SITE", ROOT / "docs" / "_build" / "html"))
@@ -31,8 +30,33 @@ def _source(cell):
     return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
 
 
+def _site():
+    if not (SITE / "_sources").is_dir():
+        if IN_CI:
+            pytest.fail(f"no built notebooks in {SITE}/_sources")
+        pytest.skip(f"no built notebooks in {SITE}/_sources (run `make docs`)")
+    return SITE
+
+
+def _as_built(launch, page, source, markdown="Text with 1024 written in."):
+    """A stand-in for the build's downloaded notebook of chapter `source`: its code cells (from MyST-NB's reading),
+    one Markdown cell, an output, and the chapter's digest."""
+    from myst_nb.core.read import read_myst_markdown_notebook  # launch needs myst_nb: the fixture checked it
+
+    read = json.loads(json.dumps(read_myst_markdown_notebook(source.read_text())))
+    cells = [cell for cell in read["cells"] if cell["cell_type"] == "code"]
+    for cell in cells:
+        cell["outputs"] = [{"output_type": "stream", "name": "stdout", "text": "ran\n"}]
+    cells.insert(0, {"cell_type": "markdown", "id": "m", "metadata": {}, "source": markdown})
+    digest = launch.source_digest(source)
+    record = {"source": f"docs/{page}.md", "source_sha256": digest}
+    metadata = {"kernelspec": read["metadata"]["kernelspec"], "file_format": "x", "attention_ref": record}
+    return {**read, "cells": cells, "metadata": metadata}
+
+
+@pytest.mark.docs
 def test_the_committed_notebooks_are_current(launch):
-    stale = launch.stale()
+    stale = launch.stale(site=_site())
     assert not stale, "run `make notebooks`: " + ", ".join(
         f"{path.relative_to(ROOT)} ({'left over' if text is None else 'not current'})" for path, text in stale.items())
 
@@ -45,32 +69,49 @@ def test_every_chapter_has_one(launch):
 
 
 def test_the_check_finds_a_stale_notebook(launch, tmp_path):
-    """Against a copy: a chapter edited after its notebook was written, and a notebook left over."""
-    docs, target = tmp_path / "docs", tmp_path / "notebooks"
+    """Against a copy: a chapter edited after the book was built (refused), then built again (stale), and a
+    notebook left over."""
+    docs, target, site = tmp_path / "docs", tmp_path / "notebooks", tmp_path / "html"
     (docs / "chapters").mkdir(parents=True)
+    (site / "_sources" / "chapters").mkdir(parents=True)
+
+    def build():
+        for page in ("chapters/01_queries_keys_values", "faq"):
+            built = _as_built(launch, page, docs / f"{page}.md")
+            (site / "_sources" / f"{page}.ipynb").write_text(json.dumps(built))
+
     for page in ("chapters/01_queries_keys_values", "faq"):
         (docs / f"{page}.md").write_text((launch.DOCS / f"{page}.md").read_text())
-    launch.write(target, docs, install=REQUIREMENT)
-    assert launch.stale(target, docs) == {}
+    build()
+    launch.write(target, docs, site, install=REQUIREMENT)
+    assert launch.stale(target, docs, site) == {}
     chapter = docs / "chapters" / "01_queries_keys_values.md"
     chapter.write_text(chapter.read_text().replace("temperature=1.0", "temperature=2.0", 1))
+    with pytest.raises(launch.BookNotBuilt, match=r"01_queries_keys_values\.ipynb was built from another text"):
+        launch.stale(target, docs, site)
+    build()
     (target / "gone.ipynb").write_text("{}")
-    stale = launch.stale(target, docs)
+    stale = launch.stale(target, docs, site)
     assert set(stale) == {target / "chapters" / "01_queries_keys_values.ipynb", target / "gone.ipynb"}
     assert stale[target / "gone.ipynb"] is None
-    # The requirement the file records is kept when it is rebuilt.
+    # The requirement the file records is kept when it is rebuilt; the outputs are not.
     rebuilt = json.loads(stale[target / "chapters" / "01_queries_keys_values.ipynb"])
     assert repr(REQUIREMENT) in _source(rebuilt["cells"][0])
+    assert "temperature=2.0" in "".join(_source(cell) for cell in rebuilt["cells"])
+    assert all(cell.get("outputs", []) == [] and cell.get("execution_count") is None for cell in rebuilt["cells"])
+    assert rebuilt["cells"][1]["source"] == "Text with 1024 written in."
+    assert set(rebuilt["metadata"]) == {"kernelspec", "language_info", "attention_ref"}
+
+
+def test_without_a_build_it_says_to_build_first(launch, tmp_path):
+    with pytest.raises(launch.BookNotBuilt, match="run `make docs` first"):
+        launch.stale(tmp_path / "notebooks", launch.DOCS, tmp_path / "html")
 
 
 @pytest.mark.docs
 def test_they_hold_the_code_the_book_runs(launch):
     """Cell for cell, the code of the downloaded notebooks (the ones the build executed and the tests run)."""
-    built = sorted((SITE / "_sources").rglob("*.ipynb")) if (SITE / "_sources").is_dir() else []
-    if not built:
-        if IN_CI:
-            pytest.fail(f"no built notebooks in {SITE}/_sources")
-        pytest.skip(f"no built notebooks in {SITE}/_sources (run `make docs`)")
+    built = sorted((_site() / "_sources").rglob("*.ipynb"))
     assert len(built) == len(launch.sources())
     for path in built:
         page = path.relative_to(SITE / "_sources").as_posix()
@@ -79,16 +120,14 @@ def test_they_hold_the_code_the_book_runs(launch):
         pairs = list(zip(committed["cells"], downloaded["cells"], strict=True))
         for index, (mine, theirs) in enumerate(pairs[1:], start=1):  # the setup cells name different installs
             assert (mine["cell_type"], _source(mine)) == (theirs["cell_type"], _source(theirs)), (page, index)
+            assert mine.get("attachments") == theirs.get("attachments"), (page, index)
             assert mine.get("outputs", []) == []
 
 
 def _run_setup(cell, tmp_path, colab):
     """Run a setup cell in the interpreter without the package (and without IPython): Colab's module and
     ``get_ipython`` stand-ins record what the cell asks of them."""
-    base = Path(sys.base_prefix) / "bin" / "python3"
-    probe = subprocess.run([str(base), "-I", "-c", "import attention_ref"], capture_output=True)
-    if probe.returncode == 0:
-        pytest.skip(f"{base} has attention_ref installed")
+    python = python_without_the_package()
     prelude = (
         "import builtins, sys, types\n"
         "calls = []\n"
@@ -100,12 +139,13 @@ def _run_setup(cell, tmp_path, colab):
         + ("sys.modules['google.colab'] = types.ModuleType('google.colab')\n" if colab else "")
     )
     after = "\nfrom myst_nb import glue\nglue('x', 42)\nglue('y', 7, display=False)\nprint(calls)\n"
-    return subprocess.run([str(base), "-I", "-c", prelude + _source(cell) + after],
+    return subprocess.run([*python, "-c", prelude + _source(cell) + after],
                           capture_output=True, text=True, cwd=tmp_path)
 
 
 def test_in_colab_the_setup_cell_installs_from_the_repository(launch, tmp_path):
-    notebook = json.loads(launch.launch_notebook(launch.DOCS / "chapters" / "03_softmax.md", REQUIREMENT))
+    source = launch.DOCS / "chapters" / "03_softmax.md"
+    notebook = json.loads(launch.launch_notebook(_as_built(launch, "chapters/03_softmax", source), REQUIREMENT))
     result = _run_setup(notebook["cells"][0], tmp_path, colab=True)
     assert result.returncode == 0, result.stderr
     # ml_dtypes: chapter 3 imports it; base Python lacks it (and lacks myst-nb: glue shows the value instead).
@@ -114,7 +154,7 @@ def test_in_colab_the_setup_cell_installs_from_the_repository(launch, tmp_path):
 
 def test_without_colab_or_repository_the_setup_cell_says_how(launch, tmp_path):
     for install, colab in [(REQUIREMENT, False), (None, True)]:
-        notebook = json.loads(launch.launch_notebook(launch.DOCS / "faq.md", install))
+        notebook = json.loads(launch.launch_notebook(_as_built(launch, "faq", launch.DOCS / "faq.md"), install))
         result = _run_setup(notebook["cells"][0], tmp_path, colab=colab)
         assert result.returncode != 0 and "ModuleNotFoundError: this notebook needs attention_ref" in result.stderr
         assert f'%pip install "{install or "attention_ref @ git+<the repository"}' in result.stdout, result.stdout

@@ -2,9 +2,13 @@
 
 The server is the one ``make serve`` runs (``docs/_ext/_live_server.py``), started here on free loopback ports
 over the built site (``BOOK_SITE`` or ``docs/_build/html``). The browser is test_site's: offline (every request
-to another host goes to a dead proxy and is recorded), with its axe checks in both colour modes. Also: the
-kernel server refuses requests without the token or from another origin, a page with no kernel says why, Binder
-is used when the build knows the repository, and the hosted configuration makes correct launch links.
+to another host goes to a dead proxy and is recorded), with its axe checks in both colour modes. A reader starts
+from the link the server prints. Also: the book server's locks, probed as an attacker would (raw HTTP without
+the cookie, a wrong or spent key, another Host, Origin or site, malformed paths, directory listings, another
+user; a page of another loopback port and a DNS-rebinding page in Chromium), the kernel server's (no token or
+another origin refused, only the kernels' API, kernels in a scratch folder without the token), a page with no
+kernel or not let in says why, Binder is used when the build knows the repository, and the hosted configuration
+makes correct launch links.
 
 ``LIVE_TIMINGS`` (a file name) records the measured times: pressing "Live code" to ready, and Run on chapter
 1's first cell to its end.
@@ -42,17 +46,44 @@ def live():
         _missing(f"the built book ({SITE}; run `make docs`)")
 
     class Handler(AxeBesideTheSite, module.BookHandler):  # axe-core beside the book, as test_site serves it
-        pass
+        def log_request(self, code="-", size="-"):  # what the server answered, for the tests to see
+            answered.append((self.path, int(code), dict(self.headers)))
 
-    with module.LiveServer(SITE, handler=Handler) as server:
+    with module.LiveServer(SITE, handler=Handler, announce=printed.append) as server:
+        printed.append(server.login_url)  # as `make serve` prints it when it starts
         yield server
+
+
+printed: list[str] = []  # the login links the server has printed, newest last
+answered: list[tuple[str, int, dict]] = []  # (target, status, request headers) of each request the server answered
+
+
+def _let_in(seen, live):
+    """Open the newest link the server printed in `seen`'s tab, as the reader does; back on the book's front page."""
+    seen.open(printed[-1])
+    assert seen.page.url == live.url  # the key is gone from the address bar (and from history's last entry)
+    assert seen.bad_responses == [], seen.bad_responses
+
+
+def _source(cell):
+    """The code in a live cell's editor, as Run sends it to the kernel."""
+    return cell.evaluate("box => box.liveEditor.value")
+
+
+def _edit(cell, text):
+    """Replace a live cell's code as a reader does: click in its editor, select all, type `text`."""
+    content = cell.locator(".cm-content")
+    content.click()
+    content.press("Control+a")
+    cell.page.keyboard.insert_text(text)
+    assert _source(cell) == text
 
 
 def _cell(page, text):
     """The live cell whose source contains `text`."""
     cells = page.locator(".live-code-cell")
     for index in range(cells.count()):
-        if text in cells.nth(index).locator("textarea").input_value():
+        if text in _source(cells.nth(index)):
             return cells.nth(index)
     raise AssertionError(f"no live cell contains {text!r}")
 
@@ -63,8 +94,12 @@ def _run(cell, timeout=60_000):
     if not button.is_visible():  # a folded cell (hide-input, hide-cell): unfold it as a reader would
         cell.locator("xpath=ancestor::details[1]/summary").click()
     button.click()
-    cell.page.wait_for_function("c => c.dataset.state === 'done' || c.dataset.state === 'failed'",
-                                arg=cell.element_handle(), timeout=timeout)
+    try:
+        cell.page.wait_for_function("c => c.dataset.state === 'done' || c.dataset.state === 'failed'",
+                                    arg=cell.element_handle(), timeout=timeout)
+    except Exception as error:
+        raise AssertionError(f"cell {_source(cell)!r} not done: state {cell.get_attribute('data-state')!r}, "
+                             f"output {cell.locator('.live-code-output').inner_text()!r}") from error
     return cell.locator(".live-code-output").inner_text()
 
 
@@ -75,7 +110,7 @@ def _run_up_to(page, text):
         cell = cells.nth(index)
         _run(cell)
         assert not cell.locator(".live-code-error").count(), cell.locator(".live-code-output").inner_text()
-        if text in cell.locator("textarea").input_value():
+        if text in _source(cell):
             return cell
     raise AssertionError(f"no live cell contains {text!r}")
 
@@ -90,7 +125,10 @@ def _record(name, seconds):
 
 @pytest.mark.browser
 def test_a_reader_edits_and_runs_chapter_1(browser, live):
-    seen = Visit(browser, urljoin(live.url, CHAPTER), "light")
+    seen = Visit(browser, "about:blank", "light")
+    _let_in(seen, live)
+    assert "attention_ref_live" not in seen.page.evaluate("document.cookie")  # HttpOnly: no script reads it
+    seen.open(urljoin(live.url, CHAPTER))
     page = seen.page
     asked = []
     page.on("request", lambda request: asked.append(request.url))
@@ -119,10 +157,9 @@ def test_a_reader_edits_and_runs_chapter_1(browser, live):
         soft = _run_up_to(page, "def soft_lookup")
         before = soft.locator(".live-code-output").inner_text()
         assert "array(" in before
-        editor = soft.locator("textarea")
-        source = editor.input_value()
+        source = _source(soft)
         assert "temperature=1.0" in source
-        editor.fill(source.replace("temperature=1.0", "temperature=0.05"))
+        _edit(soft, source.replace("temperature=1.0", "temperature=0.05"))
         after = _run(soft)
         assert after != before and "array(" in after
         # A colder softmax puts (nearly) all the weight on the best book: the largest weight printed grows.
@@ -130,9 +167,9 @@ def test_a_reader_edits_and_runs_chapter_1(browser, live):
         assert max(weights(after)) > max(weights(before)) > 0
 
         # Restore the cell (the later cells expect unit temperature), then draw the heatmap: a new figure.
-        editor.fill(source)
+        _edit(soft, source)
         _run(soft)
-        sources = [cells.nth(i).locator("textarea").input_value() for i in range(cells.count())]
+        sources = [_source(cells.nth(i)) for i in range(cells.count())]
         plot = None
         for index in range(sources.index(source) + 1, len(sources)):
             _run(cells.nth(index))
@@ -148,14 +185,13 @@ def test_a_reader_edits_and_runs_chapter_1(browser, live):
 
         # A cell that raises shows its traceback.
         shelf = _cell(page, 'shelf["astronomy"]')
-        editor = shelf.locator("textarea")
-        editor.fill(editor.input_value().replace('shelf["astronomy"]', 'shelf["stargazing"]'))
+        _edit(shelf, _source(shelf).replace('shelf["astronomy"]', 'shelf["stargazing"]'))
         text = _run(shelf)
         assert "Traceback" in text and "KeyError" in text and "stargazing" in text, text
 
         # Keyboard: Shift+Enter in a cell runs it.
-        shelf.locator("textarea").fill("print(len(shelf), 6 * 7)")
-        shelf.locator("textarea").press("Shift+Enter")
+        _edit(shelf, "print(len(shelf), 6 * 7)")
+        shelf.locator(".cm-content").press("Shift+Enter")
         page.wait_for_function("c => c.dataset.state === 'done'", arg=shelf.element_handle())
         assert shelf.locator(".live-code-output").inner_text().strip() == "3 42"
 
@@ -191,10 +227,64 @@ def test_without_a_kernel_the_page_says_why(browser, live):
         seen.page.wait_for_function("() => attentionRefLiveCode.state === 'failed'")
         status = seen.page.locator(".live-code-status").inner_text()
         assert "No kernel" in status and "make serve" in status, status
+        seen.page.locator(".live-code-cell .cm-editor").first.wait_for()  # the editors load beside the kernel
         # A cell run says the same, in the cell.
         cell = seen.page.locator(".live-code-cell").first
         assert "No kernel" in _run(cell)
         assert seen.foreign == []
+        found = _axe_in_each_mode(seen)
+        assert found == {"light": [], "dark": []}, found
+    finally:
+        seen.close()
+
+
+# Each token the page's Pygments highlighting colours, and the colour the live editor gives the same text.
+TOKEN_COLOURS = """cell => {
+  const colour = (node) => getComputedStyle(node).color;
+  const editor = [...cell.querySelectorAll(".live-code-cell .cm-content span:not(:has(span))")];
+  const found = [];
+  let at = 0;
+  for (const token of cell.querySelectorAll(".cell_input .highlight span[class]")) {
+    const text = token.textContent.trim();
+    if (!text || token.className === "w") continue;
+    const index = editor.findIndex((span, i) => i >= at && span.textContent.trim() === text);
+    if (index < 0) continue;
+    at = index + 1;
+    found.push([token.className, text, colour(token), colour(editor[index])]);
+  }
+  return found;
+}"""
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("mode", ["light", "dark"])
+def test_live_cells_keep_the_pages_highlighting_and_the_status_stays_in_view(browser, live, mode):
+    seen = Visit(browser, urljoin(live.url, CHAPTER), mode)
+    page = seen.page
+    try:
+        page.route("**/_live/config.json", lambda route: route.fulfill(status=404, body="no kernel here"))
+        page.get_by_role("button", name="Live code", exact=True).click()
+        page.wait_for_function("() => attentionRefLiveCode.state === 'failed'")
+        page.locator(".live-code-cell .cm-editor").first.wait_for()  # the editor bundle has loaded
+        cells = page.locator(".live-code-cell")
+        assert cells.count() >= 5 and page.locator(".live-code-cell .cm-editor").count() == cells.count()
+        assert not page.locator(".live-code-plain").count()  # the vendored CodeMirror, not the stand-in
+        tokens = [t for i in range(cells.count())
+                  for t in cells.nth(i).locator("xpath=..").evaluate(TOKEN_COLOURS)]
+        coloured = [t for t in tokens if t[0] not in ("n", "p", "o")]  # names and punctuation: the text colour
+        assert len(coloured) > 30, tokens
+        differ = sorted({(name, text) for name, text, ours, theirs in coloured if ours != theirs})
+        assert not differ, differ
+        assert {"k", "kn", "nf", "mi", "s2"} & {t[0] for t in coloured}
+        # Scrolled far down, the status line is below the theme's sticky header, not under it.
+        page.mouse.wheel(0, 4000)
+        page.wait_for_function("() => scrollY > 2000")
+        box = page.locator(".live-code-status").bounding_box()
+        header = page.locator(".bd-header-article").bounding_box()
+        assert box["y"] >= header["y"] + header["height"], (box, header)
+        on_top = page.evaluate("([x, y]) => document.elementFromPoint(x, y).closest('.live-code-status') !== null",
+                               [box["x"] + 10, box["y"] + 5])
+        assert on_top, "something covers the status line"
         found = _axe_in_each_mode(seen)
         assert found == {"light": [], "dark": []}, found
     finally:
@@ -281,11 +371,6 @@ def test_the_kernel_server_refuses_other_origins(live):
                           method="POST", data=b'{"name": "python3"}')
         assert status == 404, origin
     assert _http(f"{live.kernel_url}api/kernels", {**token, "Origin": live.origin})[0] == 200
-    # The configuration endpoint answers the book's own pages only.
-    assert _http(f"{live.url}_live/config.json", {"Origin": "https://example.org"})[0] == 403
-    assert _http(f"{live.url}_live/config.json", {"Sec-Fetch-Site": "cross-site"})[0] == 403
-    status, body = _http(f"{live.url}_live/config.json", {"Origin": live.origin, "Sec-Fetch-Site": "same-origin"})
-    assert status == 200 and json.loads(body)["token"] == live.token
 
 
 def test_the_kernel_websocket_refuses_other_origins(live):
@@ -315,6 +400,421 @@ def test_the_kernel_websocket_refuses_other_origins(live):
         assert handshake("http://127.0.0.1:9") == 403
         assert handshake(live.origin) == 101
     finally:
+        _http(f"{live.kernel_url}api/kernels/{kernel}", {"Authorization": f"token {live.token}"}, method="DELETE")
+
+
+def test_the_kernel_server_offers_the_kernels_api_only(live):
+    """A token holder gets kernels, not the files: no contents, files, sessions, config, nbconvert or terminals."""
+    token = {"Authorization": f"token {live.token}"}
+    for path in ("api/contents", "api/contents/README.md", "files/README.md", "api/sessions", "api/config/x",
+                 "api/nbconvert", "nbconvert/html/README.md", "api/terminals", "terminals/1", "lab", "tree",
+                 "view/README.md"):
+        assert _http(f"{live.kernel_url}{path}", token)[0] == 404, path
+    put = json.dumps({"type": "file", "format": "text", "content": "written by a token holder"}).encode()
+    assert _http(f"{live.kernel_url}api/contents/written.txt", {**token, "Content-Type": "application/json"},
+                 method="PUT", data=put)[0] == 404
+    assert not (ROOT / "written.txt").exists()
+    assert _http(f"{live.kernel_url}api/kernelspecs", token)[0] == 404
+    assert _http(f"{live.kernel_url}api/status", token)[0] == 200
+
+
+def _execute(live, code, path="docs/chapters"):
+    """Start a kernel in `path` (as a page does), run `code` over its WebSocket, return what it printed."""
+    import asyncio
+    import concurrent.futures
+    import uuid
+
+    from tornado.httpclient import HTTPRequest
+    from tornado.websocket import websocket_connect
+
+    token = {"Authorization": f"token {live.token}", "Content-Type": "application/json"}
+    status, body = _http(f"{live.kernel_url}api/kernels", token, method="POST",
+                         data=json.dumps({"name": "python3", "path": path}).encode())
+    assert status == 201, status
+    kernel = json.loads(body)["id"]
+
+    async def run():
+        url = f"ws://127.0.0.1:{live.kernel_port}/api/kernels/{kernel}/channels?token={live.token}"
+        socket = await websocket_connect(HTTPRequest(url, headers={"Origin": live.origin}))
+        msg_id = uuid.uuid4().hex
+        socket.write_message(json.dumps({
+            "header": {"msg_id": msg_id, "msg_type": "execute_request", "session": uuid.uuid4().hex,
+                       "username": "", "date": "2026-01-01T00:00:00Z", "version": "5.3"},
+            "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
+            "content": {"code": code, "silent": False, "store_history": False, "user_expressions": {},
+                        "allow_stdin": False, "stop_on_error": True}}))
+        printed = []
+        while True:
+            message = json.loads(await asyncio.wait_for(socket.read_message(), READY / 1000))
+            if message["parent_header"].get("msg_id") != msg_id:
+                continue
+            if message["msg_type"] == "stream":
+                printed.append(message["content"]["text"])
+            elif message["msg_type"] == "error":
+                raise AssertionError("\n".join(message["content"]["traceback"]))
+            elif message["msg_type"] == "status" and message["content"]["execution_state"] == "idle":
+                socket.close()
+                return "".join(printed)
+
+    try:
+        # A thread of its own: Playwright's sync API keeps an event loop running in this one.
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            return pool.submit(lambda: asyncio.run(run())).result()
+    finally:
+        _http(f"{live.kernel_url}api/kernels/{kernel}", token, method="DELETE")
+
+
+def test_kernels_run_in_a_scratch_folder_without_the_token(live):
+    found = json.loads(_execute(live, (
+        "import json, os, pathlib\n"
+        "print(json.dumps({'cwd': os.getcwd(), 'files': sorted(os.listdir()),\n"
+        "  'bench': pathlib.Path('../../benchmarks/results.json').read_text(),\n"
+        "  'style': pathlib.Path('matplotlibrc').read_text(),\n"
+        "  'env': {k: v for k, v in os.environ.items() if 'JUPYTER_TOKEN' in k or SECRET in v}}))\n"
+    ).replace("SECRET", repr(live.token))))
+    cwd = Path(found["cwd"])
+    assert cwd.parts[-2:] == ("docs", "chapters") and not cwd.resolve().is_relative_to(ROOT), cwd
+    assert found["env"] == {}  # neither JUPYTER_TOKEN nor the token's value in the kernel's environment
+    # What the chapters read while they run is there, as in the repository.
+    assert {"matplotlibrc", "frameworks_record.json"} <= set(found["files"])
+    assert found["bench"] == (ROOT / "benchmarks" / "results.json").read_text()
+    assert found["style"] == (ROOT / "docs" / "chapters" / "matplotlibrc").read_text()
+
+
+def test_the_chapters_runtime_files_are_in_the_scratch_folder():
+    """Every file a chapter opens by a literal relative path is one of RUNTIME_FILES (else its kernel misses it)."""
+    module = ext_module("_live_server")
+    opened = set()
+    for chapter in (ROOT / "docs").rglob("*.md"):
+        if "_build" in chapter.parts:
+            continue
+        for name in re.findall(r"""Path\(\s*["']([^"']+)["']\s*\)""", chapter.read_text()):
+            target = (chapter.parent / name).resolve()
+            if target.is_file():
+                opened.add(target.relative_to(ROOT).as_posix())
+    assert opened and opened <= set(module.RUNTIME_FILES), opened - set(module.RUNTIME_FILES)
+
+
+# -- The book server's locks: raw HTTP, as another process on this machine can send it ---------------------------
+
+
+def _raw(live, target, headers=(), host=None, method="GET"):
+    """(status, headers, body) of one request to the book server, sent exactly as given (`host` None: the right
+    Host; False: none)."""
+    import http.client
+
+    connection = http.client.HTTPConnection("127.0.0.1", live.httpd.server_address[1], timeout=30)
+    try:
+        connection.putrequest(method, target, skip_host=True, skip_accept_encoding=True)
+        if host is not False:
+            connection.putheader("Host", host or live.url.split("/")[2])
+        for name, value in headers:
+            connection.putheader(name, value)
+        connection.endheaders()
+        response = connection.getresponse()
+        return response.status, response.headers, response.read()
+    finally:
+        connection.close()
+
+
+def _cookie(live):
+    """The cookie a browser gets from the newest printed link (which the server then replaces)."""
+    status, headers, _ = _raw(live, printed[-1].removeprefix(live.origin))
+    assert status == 303, status
+    return ("Cookie", headers["Set-Cookie"].split(";")[0])
+
+
+SAME_ORIGIN = ("Sec-Fetch-Site", "same-origin")
+
+
+def test_the_printed_link_lets_one_browser_in(live):
+    link = printed[-1]
+    status, headers, _ = _raw(live, link.removeprefix(live.origin))
+    assert status == 303 and headers["Location"] == "/"  # the key leaves the address bar
+    name_value, *attributes = [part.strip() for part in headers["Set-Cookie"].split(";")]
+    assert {"HttpOnly", "SameSite=Strict", "Path=/"} <= set(attributes)
+    assert headers["Cache-Control"] == "no-store"
+    assert printed[-1] != link  # a fresh link for another browser; the used one is spent
+    assert _raw(live, link.removeprefix(live.origin))[0] == 403
+    status, _, body = _raw(live, "/_live/config.json", [("Cookie", name_value), SAME_ORIGIN])
+    assert status == 200 and json.loads(body)["token"] == live.token
+    # A spent key with the cookie (a reload of the link) only goes back to the page.
+    status, headers, _ = _raw(live, link.removeprefix(live.origin) + "&x=1", [("Cookie", name_value)])
+    assert status == 303 and headers["Location"] == "/?x=1" and "Set-Cookie" not in headers
+
+
+def _refused(live, target, headers=(), host=None):
+    status, _, body = _raw(live, target, headers, host)
+    assert live.token.encode() not in body
+    return status
+
+
+def test_the_configuration_needs_the_cookie(live):
+    assert _refused(live, "/_live/config.json") == 403  # what any local user's process sends
+    assert _refused(live, "/_live/config.json", [SAME_ORIGIN]) == 403
+    port = live.httpd.server_address[1]
+    assert _refused(live, "/_live/config.json", [SAME_ORIGIN, ("Cookie", f"attention_ref_live_{port}=guess")]) == 403
+    assert _refused(live, "/_live/config.json", [SAME_ORIGIN, ("Cookie", "a=\\x; \x7f")]) == 403
+
+
+def test_a_wrong_key_lets_nobody_in(live):
+    for key in ("wrong", printed[-1].split("key=")[1][:-1], "", "%00"):
+        status, headers, _ = _raw(live, f"/?key={key}")
+        assert status in (400, 403) and "Set-Cookie" not in headers, key
+    assert _refused(live, "/_live/config.json", [SAME_ORIGIN]) == 403
+
+
+@pytest.mark.parametrize("host", ["evil.example:{port}", "evil.example", "127.0.0.1", "127.0.0.1:1", "[::1]:{port}",
+                                  "localhost.evil.example:{port}", "0.0.0.0:{port}"])
+def test_other_host_names_are_refused(live, host):
+    """A DNS-rebinding page reaches this server under its own name: nothing is answered to it."""
+    port = live.httpd.server_address[1]
+    cookie = _cookie(live)
+    for target in ("/_live/config.json", "/", f"/{CHAPTER}"):
+        assert _refused(live, target, [cookie, SAME_ORIGIN], host=host.format(port=port)) == 421, target
+
+
+def test_localhost_is_sent_to_127_0_0_1(live):
+    port = live.httpd.server_address[1]
+    status, headers, _ = _raw(live, f"/{CHAPTER}?a=1", host=f"localhost:{port}")
+    assert status == 307 and headers["Location"] == f"{live.origin}/{CHAPTER}?a=1"
+    assert _raw(live, "/", host=False)[0] == 400  # no Host at all
+
+
+@pytest.mark.parametrize("headers", [[("Origin", "https://evil.example")], [("Origin", "http://127.0.0.1:9")],
+                                     [("Origin", "null")], [("Sec-Fetch-Site", "cross-site")],
+                                     [("Sec-Fetch-Site", "same-site")], [("Sec-Fetch-Site", "none")], []],
+                         ids=["origin-evil", "origin-other-port", "origin-null", "cross-site", "same-site",
+                              "typed-in", "no-fetch-metadata"])
+def test_the_configuration_answers_its_own_pages_only(live, headers):
+    """Even with the cookie (which a browser sends to every port of 127.0.0.1), only same-origin fetches get it."""
+    sent = [_cookie(live), *headers]
+    if not any(name == "Sec-Fetch-Site" for name, _ in headers):
+        sent.append(SAME_ORIGIN)
+    if headers == []:
+        sent.remove(SAME_ORIGIN)
+    assert _refused(live, "/_live/config.json", sent) == 403
+
+
+@pytest.mark.parametrize("target", ["/index.html%00.txt", "/%00", "/_live/config.json%00", "/%zz", "/%e9.html",
+                                    "/a%2", "/" + "a" * 5000, "/index.html?" + "q" * 5000, "/%01", "/x%0a",
+                                    "/?key=%00", "http://evil.example/", "*"])
+def test_malformed_targets_get_400(live, target):
+    status, _, body = _raw(live, target)
+    assert status == 400, status
+    assert b"Traceback" not in body
+    assert _raw(live, "/")[0] == 200  # the server goes on
+
+
+@pytest.mark.parametrize("folder", ["/chapters/", "/_static/", "/_sources/", "/_images/", "/chapters", "/_static"])
+def test_no_directory_listings(live, folder):
+    status, _, body = _raw(live, folder)
+    assert status == 404 and b"Directory listing" not in body
+
+
+def test_pages_read_without_the_cookie(live):
+    for target in ("/", f"/{CHAPTER}", "/_static/live_code.js"):
+        assert _raw(live, target)[0] == 200, target
+
+
+def test_another_user_gets_no_token(live):
+    """As root (CI, containers), the configuration request of another local user, uid 65534."""
+    import shutil
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to act as another user (setpriv --reuid)")
+    curl, setpriv = shutil.which("curl"), shutil.which("setpriv")
+    if not (curl and setpriv):
+        pytest.skip("needs curl and setpriv (util-linux) to act as another user")
+    result = subprocess.run([setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", curl, "-s", "-i",
+                             "-H", "Sec-Fetch-Site: same-origin", f"{live.url}_live/config.json"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("HTTP/1.1 403"), result.stdout[:200]
+    assert live.token not in result.stdout
+
+
+def test_make_serve_prints_a_working_link(tmp_path):
+    """The program `make serve` runs: its printed link lets in once, then it prints a fresh one."""
+    if not (SITE / CHAPTER).is_file():
+        _missing(f"the built book ({SITE}; run `make docs`)")
+    ext_module("_live_server", "jupyter_server")
+    import queue
+
+    process = subprocess.Popen([sys.executable, str(EXT / "_live_server.py"), "--port", "0", str(SITE)],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: queue.Queue[str] = queue.Queue()
+    reader = threading.Thread(target=lambda: [lines.put(line) for line in process.stdout], daemon=True)
+    reader.start()
+
+    def printed_link():
+        """The next link the program prints (within READY ms)."""
+        seen = []
+        while True:
+            try:
+                seen.append(lines.get(timeout=READY / 1000))
+            except queue.Empty:
+                raise AssertionError(f"no login link printed; it printed {seen}") from None
+            found = re.search(r"http://127\.0\.0\.1:\d+/\?key=[\w-]+", seen[-1])
+            if found:
+                return found.group(0)
+
+    try:
+        link = printed_link()
+        with urllib.request.urlopen(link, timeout=30) as response:  # follows the redirect, without the cookie jar
+            assert response.url == link.split("?")[0]
+        fresh = printed_link()
+        assert fresh != link
+        assert _http(link)[0] == 403
+    finally:
+        process.terminate()
+        process.wait(30)
+        reader.join(30)  # it has read to the end
+        process.stdout.close()
+
+
+# -- In Chromium: the reader not yet let in, and pages of other origins ---------------------------------------------
+
+
+@pytest.mark.browser
+def test_a_browser_not_let_in_reads_the_book_and_is_told_how(browser, live):
+    seen = Visit(browser, urljoin(live.url, CHAPTER), "light")
+    try:
+        assert seen.page.locator(".cell_input").first.is_visible()  # the book reads normally
+        seen.page.get_by_role("button", name="Live code", exact=True).click()
+        seen.page.wait_for_function("() => attentionRefLiveCode.state === 'failed'")
+        status = seen.page.locator(".live-code-status").inner_text()
+        assert "make serve" in status and f"{live.origin}/?key=" in status, status
+        assert seen.foreign == []
+        # Then the reader opens the printed link, under localhost as they may type it: sent to 127.0.0.1.
+        seen.open(printed[-1].replace("127.0.0.1", "localhost"))
+        assert seen.page.url == live.url
+        seen.open(urljoin(live.url, CHAPTER))
+        seen.page.get_by_role("button", name="Live code", exact=True).click()
+        seen.page.wait_for_function("() => ['ready', 'failed'].includes(attentionRefLiveCode.state)", timeout=READY)
+        status = seen.page.locator(".live-code-status").inner_text()
+        assert seen.page.evaluate("attentionRefLiveCode.state") == "ready", status
+        found = _axe_in_each_mode(seen)
+        assert found == {"light": [], "dark": []}, found
+    finally:
+        seen.close()
+
+
+ATTACK = """<!doctype html><html lang="en"><title>attack</title><body><script>
+window.attack = (async () => {
+  const found = {};
+  try {
+    const response = await fetch(CONFIG, { credentials: "include" });
+    found.config = await response.text();
+  } catch (error) { found.config = "blocked"; }
+  try {
+    const response = await fetch(CONFIG, { credentials: "include", mode: "no-cors" });
+    found.opaque = (await response.text()).length;
+  } catch (error) { found.opaque = "blocked"; }
+  let token = TOKEN;
+  try { token = JSON.parse(found.config).token || token; } catch (error) {}
+  found.socket = await new Promise((resolve) => {
+    const socket = new WebSocket(KERNEL + "api/kernels/" + KERNEL_ID + "/channels?token=" + token);
+    socket.onopen = () => resolve("open");
+    socket.onerror = () => resolve("refused");
+  });
+  return found;
+})();
+</script></body></html>"""
+
+
+def _attack_page(config, live, kernel, token):
+    """The attacker's page: fetch `config`, then open `kernel`'s WebSocket with the token read there, else `token`."""
+    socket = live.kernel_url.replace("http:", "ws:")
+    return (ATTACK.replace("CONFIG", json.dumps(config)).replace("TOKEN", json.dumps(token))
+            .replace("KERNEL_ID", json.dumps(kernel)).replace("KERNEL", json.dumps(socket)))
+
+
+def _a_kernel(live):
+    status, body = _http(f"{live.kernel_url}api/kernels", {"Authorization": f"token {live.token}",
+                                                           "Content-Type": "application/json"},
+                         method="POST", data=b'{"name": "python3"}')
+    assert status == 201
+    return json.loads(body)["id"]
+
+
+@pytest.mark.browser
+def test_a_page_on_another_loopback_port_gets_nothing(browser, live):
+    """The reader, let in, visits a page served on another port of 127.0.0.1 (the cookie is sent there too: cookies
+    are per host). It cannot read the configuration, and the kernel's WebSocket refuses it even with the token."""
+    kernel = _a_kernel(live)
+    page = _attack_page(f"{live.url}_live/config.json", live, kernel, live.token)
+
+    class Attacker(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = page.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format, *args):
+            pass
+
+    attacker = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Attacker)
+    threading.Thread(target=attacker.serve_forever, daemon=True).start()
+    seen = Visit(browser, "about:blank", "light")
+    try:
+        _let_in(seen, live)
+        answered.clear()
+        seen.page.goto(f"http://127.0.0.1:{attacker.server_address[1]}/attack.html")
+        found = seen.page.evaluate("window.attack")
+        assert found["config"] == "blocked" and found["opaque"] == 0, found
+        assert found["socket"] == "refused", found
+        # Both fetches reached the book server with the reader's cookie, and it refused them.
+        asked = [(status, headers) for target, status, headers in answered if target == "/_live/config.json"]
+        assert [status for status, _ in asked] == [403, 403], asked
+        assert all("attention_ref_live" in headers.get("Cookie", "") for _, headers in asked), asked
+    finally:
+        seen.close()
+        attacker.shutdown()
+        attacker.server_close()
+        _http(f"{live.kernel_url}api/kernels/{kernel}", {"Authorization": f"token {live.token}"}, method="DELETE")
+
+
+@pytest.mark.browser
+def test_a_dns_rebinding_page_gets_nothing(browser, live):
+    """A page of evil.example whose name then resolves to 127.0.0.1: to the browser the book server is its own
+    origin, so its fetches are same-origin, and they reach the server with ``Host: evil.example:PORT``."""
+    import http.client
+
+    kernel = _a_kernel(live)
+    port = live.httpd.server_address[1]
+    evil = f"http://evil.example:{port}/"
+    answers = []
+
+    def rebound(route):
+        request = route.request
+        if request.url == f"{evil}attack.html":  # served by the attacker, before the name is rebound
+            route.fulfill(status=200, content_type="text/html", body=_attack_page("/_live/config.json", live,
+                                                                                   kernel, "unknown"))
+            return
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)  # the name now points here
+        headers = {name: value for name, value in request.headers.items() if name.lower() != "host"}
+        connection.request(request.method, request.url.removeprefix(evil[:-1]),
+                           headers={"Host": f"evil.example:{port}", **headers})
+        response = connection.getresponse()
+        answers.append((request.url, response.status))
+        route.fulfill(status=response.status, headers=dict(response.getheaders()), body=response.read())
+        connection.close()
+
+    seen = Visit(browser, "about:blank", "light")
+    try:
+        _let_in(seen, live)  # the reader is let in; cookies for 127.0.0.1 are not sent to evil.example anyway
+        seen.page.route(f"{evil}**", rebound)
+        seen.page.goto(f"{evil}attack.html")
+        found = seen.page.evaluate("window.attack")
+        assert live.token not in json.dumps(found), found
+        assert [status for url, status in answers if "_live/config.json" in url] == [421, 421], answers
+        assert found["socket"] == "refused", found
+    finally:
+        seen.close()
         _http(f"{live.kernel_url}api/kernels/{kernel}", {"Authorization": f"token {live.token}"}, method="DELETE")
 
 

@@ -12,11 +12,10 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import IN_CI, require
+from conftest import IN_CI, python_without_the_package, require
 
 ROOT = Path(__file__).resolve().parents[1]
 SITE = Path(os.environ.get("BOOK_SITE", ROOT / "docs" / "_build" / "html"))
@@ -51,12 +50,8 @@ def test_the_first_cell_says_how_to_install_the_package(tmp_path):
     _site()
     source = json.loads(NOTEBOOKS[0].read_text())["cells"][0]["source"]
     source = "".join(source) if isinstance(source, list) else source
-    # Python without the package: the base interpreter, isolated from this environment's site-packages.
-    base = Path(sys.base_prefix) / "bin" / "python3"
-    probe = subprocess.run([str(base), "-I", "-c", "import attention_ref"], capture_output=True)
-    if probe.returncode == 0:
-        pytest.skip(f"{base} has attention_ref installed")
-    result = subprocess.run([str(base), "-I", "-c", source], capture_output=True, text=True, cwd=tmp_path)
+    result = subprocess.run([*python_without_the_package(), "-c", source], capture_output=True, text=True,
+                            cwd=tmp_path)
     assert result.returncode != 0
     assert '%pip install "attention_ref @ git+' in result.stdout, result.stdout
     assert "ModuleNotFoundError" in result.stderr

@@ -211,9 +211,9 @@ def options(draw, heads):
     if draw(st.booleans(), label="with softcap"):
         chosen["softcap"] = draw(st.floats(0.1, 50.0), label="softcap")
     if draw(st.booleans(), label="with ALiBi"):
-        chosen["alibi_slopes"] = draw(arrays((heads,), st.floats(-1.0, 2.0)), label="slopes")
+        chosen["alibi_slopes"] = draw(arrays((heads,), st.floats(-1e3, 1e3)), label="slopes")
     if draw(st.booleans(), label="with sinks"):
-        chosen["sinks"] = draw(arrays((heads,), st.floats(-30.0, 30.0)), label="sinks")
+        chosen["sinks"] = draw(arrays((heads,), st.floats(-1e3, 1e3)), label="sinks")
     return chosen
 
 
@@ -265,7 +265,34 @@ def test_options_equal_the_independent_formula(reference_attention, inputs, data
 
     q, k, v, mask = inputs
     chosen = data.draw(options(q.shape[0]), label="options")
+    if data.draw(st.booleans(), label="with bias"):
+        shape = data.draw(st.sampled_from([(k.shape[-2],), (q.shape[-2], 1), (q.shape[0], 1, k.shape[-2])]))
+        chosen["bias"] = data.draw(arrays(shape, st.floats(-1e3, 1e3)), label="bias")
     out, w = scaled_dot_product_attention(q, k, v, mask=mask, return_weights=True, **chosen)
     ref_out, ref_w, _ = reference_with_options(reference_attention, q, k, v, mask=mask, **chosen)
-    np.testing.assert_allclose(w, ref_w, rtol=0, atol=1e-13)
-    np.testing.assert_allclose(out, ref_out, rtol=0, atol=1e-13)
+    # Scores up to about 1e3 * 5 carry rounding of about 5e3 * eps into each exponent: the weights' error scales.
+    tol = 1e-13 * max(1.0, *(np.abs(chosen.get(n, 0.0)).max(initial=0.0) for n in ("alibi_slopes", "sinks", "bias")))
+    np.testing.assert_allclose(w, ref_w, rtol=0, atol=tol)
+    np.testing.assert_allclose(out, ref_out, rtol=0, atol=tol * np.abs(v).max(initial=1.0))
+
+
+@given(attention_inputs(heads=True), st.sampled_from(["float16", "bfloat16"]), st.data())
+def test_low_precision_kernels_pass_the_checker(inputs, name, data):
+    """The package's own blockwise forward and tiled backward in float16/bfloat16, every option drawn, pass
+    assert_attention_close and assert_attention_grads_close (float32 inside, one rounding at the end)."""
+    from attention_ref import attention_backward, blockwise_attention
+    from attention_ref.testing import assert_attention_close, assert_attention_grads_close
+
+    dtype = np.dtype(require("ml_dtypes").bfloat16) if name == "bfloat16" else np.dtype(name)
+    q, k, v, mask = inputs
+    chosen = {key: (val.astype(dtype) if isinstance(val, np.ndarray) else val)
+              for key, val in data.draw(options(q.shape[0]), label="options").items()}
+    if data.draw(st.booleans(), label="with bias"):
+        chosen["bias"] = data.draw(arrays((q.shape[-2], k.shape[-2]), st.floats(-30, 30)), label="bias").astype(dtype)
+    q, k, v = (a.astype(dtype) for a in (q, k, v))
+    dout = np.random.default_rng(q.size).standard_normal((*q.shape[:-1], v.shape[-1])).astype(dtype)
+    block = data.draw(st.integers(1, 4), label="block")
+    assert_attention_close(blockwise_attention(q, k, v, mask=mask, block_size=block, **chosen), q, k, v, mask=mask,
+                           **chosen)
+    grads = attention_backward(q, k, v, dout, mask=mask, block_size=block, **chosen)
+    assert_attention_grads_close(grads, q, k, v, dout, mask=mask, **chosen)

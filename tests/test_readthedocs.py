@@ -1,16 +1,37 @@
-"""The Read the Docs configuration is valid and builds the book the way ``make docs`` does."""
+"""The Read the Docs configuration is valid and builds the book the way ``make docs`` does, to the same text.
 
+Read the Docs installs the package with the ``docs`` extra only: no PyTorch, no JAX. The last test builds the book
+that way and compares every page's text with the main build's (``docs/_build/html``, made by ``make docs`` just
+before the tests in ``make test``, with the frameworks installed): the same, apart from the notes marked
+``framework-record`` that say whether a page's framework results ran live or were recorded
+(``attention_ref.records``).
+
+The docs-only environment is simulated rather than installed (a second virtual environment would need the network
+or a wheel cache, and minutes): every distribution the ``docs`` extra pulls in is found from the installed
+packages' own metadata, and a ``sitecustomize`` module on ``PYTHONPATH`` makes every other top-level module
+(torch, jax, pytest, hypothesis, playwright, ...) unimportable in the Sphinx process and in the kernels it starts,
+as it would be absent on Read the Docs (``find_spec`` returns None and ``import`` raises ``ModuleNotFoundError`` for
+a module set to None in ``sys.modules``).
+"""
+
+import importlib.metadata
+import os
+import re
 import shutil
 import subprocess
 import sys
 import tomllib
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from conftest import require
+from conftest import IN_CI, require
+from test_docs_build import _sphinxopts
+from test_docs_reproducible import MAIN, WARNING_LINE, _source_date_epoch
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / ".readthedocs.yaml"
+RECORD_NOTE = "framework-record"  # the class of the notes that may differ between the two builds
 
 
 def _check_jsonschema(path):
@@ -50,7 +71,168 @@ def test_config_builds_like_make_docs(config):
     (install,) = config["python"]["install"]
     assert install["method"] == "pip" and install["path"] == "."
     extras = pyproject["project"]["optional-dependencies"]
-    assert set(install["extra_requirements"]) <= set(extras)
+    # The docs extra and nothing else: the hosted book is built without PyTorch and JAX, as the last test does.
+    assert install["extra_requirements"] == ["docs"]
+    assert not {"torch", "jax", "jaxlib"} & {re.split(r"[\[<>=!~ ;]", req)[0] for req in extras["docs"]}
     # Read the Docs' Python satisfies requires-python.
     minimum = pyproject["project"]["requires-python"].removeprefix(">=")
     assert tuple(map(int, config["build"]["tools"]["python"].split("."))) >= tuple(map(int, minimum.split(".")))
+
+
+def installed_closure(extras):
+    """Canonical names of the installed distributions that ``pip install .[extras]`` brings in, from their metadata."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    found, seen, todo = set(), set(), [("attention_ref", frozenset(extras))]
+    while todo:
+        name, wanted = todo.pop()
+        if (canonicalize_name(name), wanted) in seen:
+            continue
+        seen.add((canonicalize_name(name), wanted))
+        try:
+            requires = importlib.metadata.distribution(name).requires or []
+        except importlib.metadata.PackageNotFoundError:  # not installed here: not importable in either build
+            continue
+        found.add(canonicalize_name(name))
+        for requirement in map(Requirement, requires):
+            marker = requirement.marker
+            if marker is None or any(marker.evaluate({"extra": extra}) for extra in wanted or {""}):
+                todo.append((requirement.name, frozenset(requirement.extras)))
+    return found
+
+
+def modules_outside(extras):
+    """Top-level modules installed here that no distribution of ``.[extras]`` provides."""
+    from packaging.utils import canonicalize_name
+
+    closure = installed_closure(extras)
+    return sorted(module for module, dists in importlib.metadata.packages_distributions().items()
+                  if module.isidentifier() and not any(canonicalize_name(d) in closure for d in dists))
+
+
+@pytest.fixture(scope="module")
+def docs_only_env(config, tmp_path_factory):
+    """The environment of a build with Read the Docs' extras only: everything else unimportable."""
+    require("packaging")
+    shim = tmp_path_factory.mktemp("docs_only")
+    blocked = modules_outside(config["python"]["install"][0]["extra_requirements"])
+    (shim / "sitecustomize.py").write_text(
+        "# Makes what Read the Docs would not install unimportable (tests/test_readthedocs.py).\n"
+        "import sys\n\n"
+        f"for _name in {blocked!r}:\n"
+        "    sys.modules.setdefault(_name, None)\n"
+    )
+    path = os.pathsep.join(filter(None, [str(shim), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": path, "SOURCE_DATE_EPOCH": _source_date_epoch()}
+
+
+def test_docs_only_environment_lacks_the_frameworks_and_has_the_book(docs_only_env):
+    probe = ("import importlib.util as u\n"
+             "print([m for m in ('torch', 'jax', 'pytest', 'hypothesis') if u.find_spec(m) is not None])\n"
+             "import myst_nb, sphinx_book_theme, attention_ref, ipykernel, matplotlib, ml_dtypes\n"
+             "import torch\n")
+    result = subprocess.run([sys.executable, "-c", probe], env=docs_only_env, capture_output=True, text=True,
+                            timeout=120)
+    assert result.stdout == "[]\n", result.stdout + result.stderr
+    assert "ModuleNotFoundError: import of torch halted" in result.stderr, result.stderr
+
+
+class PageText(HTMLParser):
+    """A page's text and images (source and alt text), without scripts, styles and the notes marked `RECORD_NOTE`."""
+
+    VOID = frozenset({"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track",
+                      "wbr"})
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.words, self.notes, self._skip, self._note = [], [], 0, None
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if self._skip:
+            self._skip += tag not in self.VOID
+            if self._note is not None and tag == "img":
+                self._note.append(f"[image {attrs.get('src')} {attrs.get('alt')}]")
+            return
+        if tag in {"script", "style"} or RECORD_NOTE in (attrs.get("class") or "").split():
+            self._skip = 1
+            self._note = [] if tag not in {"script", "style"} else None
+        elif tag == "img":
+            self.words.append(f"[image {attrs.get('src')} {attrs.get('alt')}]")
+
+    def handle_endtag(self, tag):
+        if self._skip and tag not in self.VOID:
+            self._skip -= 1
+            if not self._skip and self._note is not None:
+                self.notes.append(" ".join(" ".join(self._note).split()))
+                self._note = None
+
+    def handle_data(self, data):
+        (self.words if not self._skip else self._note if self._note is not None else []).append(data)
+
+    @classmethod
+    def read(cls, html):
+        """(text, notes) of the page `html`, whitespace collapsed."""
+        parser = cls()
+        parser.feed(html)
+        parser.close()
+        return " ".join(" ".join(parser.words).split()), parser.notes
+
+
+def site_pages(site):
+    """{page path: (text, notes)} for every HTML page of a built site (not the files under _static and the like)."""
+    pages = (path for path in sorted(site.rglob("*.html")) if not path.relative_to(site).parts[0].startswith("_"))
+    return {path.relative_to(site).as_posix(): PageText.read(path.read_text(encoding="utf-8")) for path in pages}
+
+
+def differing_pages(main, other):
+    """{page: what differs} between two sites' pages, ignoring the marked notes."""
+    differ = {page: "missing from the docs-only build" for page in main.keys() - other.keys()}
+    differ |= {page: "missing from the main build" for page in other.keys() - main.keys()}
+    for page in sorted(main.keys() & other.keys()):
+        a, b = main[page][0], other[page][0]
+        if a != b:
+            start = next(i for i, (x, y) in enumerate(zip(a + "\0", b + "\0", strict=False)) if x != y)
+            around = slice(max(0, start - 80), start + 120)
+            differ[page] = f"main: ...{a[around]!r}\ndocs-only: ...{b[around]!r}"
+    return differ
+
+
+def test_selftest_differences_outside_the_marked_notes_are_caught():
+    page = ('<html><body><p>Same text.</p><div class="admonition note framework-record"><p>The results {}.</p>'
+            '</div><pre>{}</pre><img src="_images/a.svg" alt="A plot"/><script>var x = {};</script></body></html>')
+    assert PageText.read(page.format("ran live", "tensor([nan, nan])", 1)) == (
+        "Same text. tensor([nan, nan]) [image _images/a.svg A plot]", ["The results ran live."])
+    texts = {name: {"ch.html": PageText.read(page.format(*args))} for name, args in {
+        "live": ("ran live", "tensor([nan, nan])", 1),
+        "recorded": ("are recorded", "tensor([nan, nan])", 2),
+        "broken": ("are recorded", "PyTorch is not installed: skipping the comparison.", 2)}.items()}
+    assert differing_pages(texts["live"], texts["recorded"]) == {}
+    broken = differing_pages(texts["live"], texts["broken"])
+    assert list(broken) == ["ch.html"] and "not installed" in broken["ch.html"], broken
+    assert list(differing_pages(texts["live"], {})) == ["ch.html"]
+
+
+@pytest.mark.docs
+def test_docs_only_build_reads_like_the_main_build(docs_only_env, tmp_path):
+    if not (MAIN / "index.html").is_file():
+        if IN_CI:
+            pytest.fail(f"the main build {MAIN} is required in CI (make docs)")
+        pytest.skip(f"{MAIN} not built (make docs)")
+    out = tmp_path / "html"
+    result = subprocess.run(
+        [sys.executable, "-m", "sphinx", *_sphinxopts(), "-b", "html", "-d", str(tmp_path / "doctrees"),
+         str(ROOT / "docs"), str(out)],
+        cwd=ROOT, env=docs_only_env, capture_output=True, text=True, timeout=1800,
+    )
+    assert result.returncode == 0, result.stderr[-5000:]
+    warnings = [line for line in (result.stdout + result.stderr).splitlines() if WARNING_LINE.search(line)]
+    assert warnings == [], warnings
+    main, docs_only = site_pages(MAIN), site_pages(out)
+    differ = differing_pages(main, docs_only)
+    assert not differ, f"{len(differ)} of {len(main)} pages read differently without PyTorch and JAX:\n" + "\n".join(
+        f"{page}:\n{what}" for page, what in differ.items())
+    # Each page that reads the record says so, with the recorded versions, in its marked note.
+    recorded = [(page, note) for page, (_, notes) in docs_only.items() for note in notes]
+    assert len(recorded) >= 3 and all("are recorded: computed with PyTorch" in note for _, note in recorded), recorded

@@ -369,6 +369,35 @@ def test_some_chapter_has_typeset_math(tab, site):
     assert sources and all(urlsplit(src).hostname in LOCAL_HOSTS for src in sources), sources
 
 
+def test_math_renders_from_the_pruned_mathjax(visit):
+    """A first visit (nothing cached) to a page with math: every MathJax file it requests is served, the formulas
+    are typeset by the CommonHTML output with its fonts, and what MathJax fetches later on the reader's demand
+    (a TeX package through \\require, the menu's SVG renderer and accessibility explorer) loads too. See
+    docs/_ext/mathjax_prune.py, which removes the rest of MathJax from the site."""
+    page = "chapters/03_softmax.html" if "chapters/03_softmax.html" in PAGES else CHAPTERS[0]
+    seen = visit(page)
+    requested = []
+    seen.page.on("request", lambda request: "/_static/mathjax/" in request.url and requested.append(request.url))
+    seen.open(seen.page.url)  # again, now recording MathJax's requests (the cache is warm only for the page)
+    assert seen.math_count > 0
+    assert seen.page.locator("mjx-container[jax='CHTML']").count() >= seen.math_count
+    assert seen.page.locator("mjx-merror").count() == 0
+    fonts = seen.page.evaluate(
+        "() => document.fonts.ready.then(() => [...document.fonts].filter(f => f.family.startsWith('MJXTEX'))"
+        ".map(f => f.family + ' ' + f.status))")
+    assert fonts and any(font.endswith(" loaded") for font in fonts), fonts
+    assert all(not font.endswith(" error") for font in fonts), fonts
+    loaded = seen.page.evaluate("""async () => {
+        const math = await MathJax.tex2chtmlPromise('\\\\require{cancel}\\\\cancel{x}');
+        await MathJax.loader.load('output/svg', 'a11y/explorer');
+        return [math.querySelector('mjx-merror') === null, !!MathJax._.output.svg_ts, !!MathJax._.a11y.explorer_ts];
+    }""")
+    assert loaded == [True, True, True], loaded
+    assert requested, "no MathJax file was requested"
+    assert seen.bad_responses == [] and seen.failed == [] and seen.errors == [], (
+        seen.bad_responses + seen.failed + seen.errors)
+
+
 def test_favicon_is_served(tab, site):
     seen = tab.open(urljoin(site, "index.html"))
     href = seen.page.eval_on_selector("link[rel~='icon']", "el => el.href")

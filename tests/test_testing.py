@@ -6,9 +6,16 @@ import re
 import numpy as np
 import pytest
 from conftest import require
+from plain_options import reference_with_options
 
 import attention_ref as ar
-from attention_ref.testing import _naive_attention, assert_attention_close
+from attention_ref.testing import (
+    _EPS,
+    _naive_attention,
+    _naive_backward,
+    assert_attention_close,
+    assert_attention_grads_close,
+)
 
 DTYPES = ["float16", "bfloat16", "float32", "float64"]
 
@@ -204,6 +211,59 @@ def test_factor_and_atol_can_be_loosened():
     assert m["factor"] == "0" and m["atol"] == "1e-06"
 
 
+# --------------------------------------------------------------------- the factor 2 itself
+
+
+def controlled(reference, baseline, times, dtype, seed=0):
+    """``reference + times * max|baseline - reference|`` with random signs, rounded to `dtype`: a kernel
+    whose error is `times` the baseline's largest (to within half a unit in the last place of the output)."""
+    base_max = np.abs(baseline.astype(np.float64) - reference).max()
+    signs = np.where(np.random.default_rng(seed).random(reference.shape) < 0.5, -1.0, 1.0)
+    return (reference + times * base_max * signs).astype(dtype), base_max
+
+
+def assert_the_test_can_tell(reference, base_max, name):
+    """3x must exceed 2x plus the default atol and the output's rounding; 1.5x must stay under 2x plus atol."""
+    ulp = _EPS[name] * np.abs(reference).max()  # the default atol in 16-bit dtypes, and >= half an ulp of any entry
+    assert 3 * base_max - ulp / 2 > 2 * base_max + ulp, "the baseline's error is too small for this test"
+    assert 1.5 * base_max + ulp / 2 <= 2 * base_max + ulp
+
+
+@pytest.mark.parametrize("name", ["float16", "bfloat16"])
+def test_an_error_three_times_the_baselines_fails_by_default_and_passes_with_factor_4(name):
+    dtype = as_dtype(name)
+    q, k, v = qkv(20, dtype, L=64, S=256, E=32, spread=2.0)
+    reference = ar.scaled_dot_product_attention(*(a.astype(np.float64) for a in (q, k, v)))
+    baseline = _naive_attention(q, k, v, dtype, {})
+    three, base_max = controlled(reference, baseline, 3.0, dtype)
+    assert_the_test_can_tell(reference, base_max, name)
+    with pytest.raises(AssertionError, match=r"ratio to the baseline's largest error: [23]"):
+        assert_attention_close(three, q, k, v)
+    assert_attention_close(three, q, k, v, factor=4.0)
+    assert_attention_close(controlled(reference, baseline, 1.5, dtype)[0], q, k, v)
+
+
+@pytest.mark.parametrize("name", ["float16", "bfloat16"])
+def test_gradients_three_times_the_baselines_error_fail_by_default_and_pass_with_factor_4(name):
+    dtype = as_dtype(name)
+    g = np.random.default_rng(21)
+    q, k = ((3.0 * g.standard_normal((2, n, 64))).astype(dtype) for n in (32, 256))
+    v, dout = (g.standard_normal((2, n, 16)).astype(dtype) for n in (256, 32))
+    reference = ar.attention_backward(*(a.astype(np.float64) for a in (q, k, v, dout)))
+    baseline = _naive_backward(q, k, v, dout, dtype, {})
+    for i, field in enumerate(("dq", "dk", "dv")):
+        ref, base = getattr(reference, field), getattr(baseline, field)
+        three, base_max = controlled(ref, base, 3.0, dtype, seed=i)
+        assert_the_test_can_tell(ref, base_max, name)
+        grads = [ar.attention_backward(q, k, v, dout)[j] for j in range(3)]
+        grads[i] = three
+        with pytest.raises(AssertionError, match=rf"^{field}: "):
+            assert_attention_grads_close(grads, q, k, v, dout)
+        assert_attention_grads_close(grads, q, k, v, dout, factor=4.0)
+        grads[i] = controlled(ref, base, 1.5, dtype, seed=i)[0]
+        assert_attention_grads_close(grads, q, k, v, dout)
+
+
 # --------------------------------------------------------------------- the baseline and the default atol
 
 
@@ -211,10 +271,11 @@ def test_factor_and_atol_can_be_loosened():
     {}, {"is_causal": True}, {"is_causal": True, "causal_alignment": "bottom-right"}, {"scale": 0.0},
     {"enable_gqa": True, "mask": np.tri(37, 53, k=5, dtype=bool)},
 ])
-def test_the_float64_baseline_is_the_reference_formula(options):
+def test_the_float64_baseline_is_the_reference_formula(reference_attention, options):
+    """In float64 nothing is rounded beyond float64: the baseline is the formula, here the independent one."""
     q, k, v = qkv(13, np.float64, H=4, Hkv=2 if options.get("enable_gqa") else 4)
     baseline = _naive_attention(q, k, v, np.dtype(np.float64), options)
-    expected = ar.scaled_dot_product_attention(q, k, v, **options)
+    expected, _, _ = reference_with_options(reference_attention, q, k, v, **options)
     assert baseline.dtype == np.float64
     np.testing.assert_allclose(baseline, expected, rtol=0, atol=1e-13)
 
@@ -282,7 +343,7 @@ def test_float8_output_is_rejected():
 
 def test_importable_as_attention_ref_testing():
     assert ar.testing.assert_attention_close is assert_attention_close
-    assert ar.testing.__all__ == ["assert_attention_close"]
+    assert ar.testing.__all__ == ["assert_attention_close", "assert_attention_grads_close"]
 
 
 # --------------------------------------------------------------------- softcap, window, ALiBi and sinks
@@ -299,10 +360,11 @@ NEW_OPTIONS = [
 
 
 @pytest.mark.parametrize("options", NEW_OPTIONS, ids=lambda o: "-".join(o))
-def test_the_float64_baseline_honours_the_new_options(options):
+def test_the_float64_baseline_honours_the_new_options(reference_attention, options):
     q, k, v = qkv(16, np.float64, spread=2.0)
     baseline = _naive_attention(q, k, v, np.dtype(np.float64), options)
-    np.testing.assert_allclose(baseline, ar.scaled_dot_product_attention(q, k, v, **options), rtol=0, atol=1e-13)
+    expected, _, _ = reference_with_options(reference_attention, q, k, v, **options)  # plain NumPy, no attention_ref
+    np.testing.assert_allclose(baseline, expected, rtol=0, atol=1e-13)
 
 
 @pytest.mark.parametrize("name", DTYPES)
@@ -328,3 +390,90 @@ def test_a_kernel_that_caps_after_the_bias_fails():
     w = np.exp(5.0 * np.tanh(s / 5.0))
     wrong = ((w / w.sum(-1, keepdims=True)) @ v.astype(np.float64)).astype(np.float16)
     failure(wrong, q, k, v, softcap=5.0, bias=bias)
+
+
+# --------------------------------------------------------------------- the gradient checker
+
+GRAD_OPTIONS = [
+    {},
+    {"is_causal": True, "causal_alignment": "bottom-right"},
+    {"softcap": 3.0, "bias": "bias", "sinks": "sinks"},
+    {"window": (5, 2), "alibi_slopes": np.array([0.5, 0.25, 0.125]), "scale": 0.3},
+    {"enable_gqa": True, "mask": np.tri(20, 30, k=3, dtype=bool)},
+]
+
+
+def grad_problem(dtype, options, seed=22, spread=2.0):
+    """q, k, v, dout (and the bias and sinks the options name) in `dtype`, as a kernel would receive them."""
+    g = np.random.default_rng(seed)
+    q, k, v = qkv(seed, dtype, L=20, S=30, E=16, Ev=8, Hkv=1 if options.get("enable_gqa") else 3, spread=spread)
+    dout = g.standard_normal(q.shape[:-1] + v.shape[-1:]).astype(dtype)
+    options = dict(options)
+    if "bias" in options:
+        options["bias"] = g.standard_normal((3, 1, 30)).astype(dtype)
+    if "sinks" in options:
+        options["sinks"] = (2 * g.standard_normal(3)).astype(dtype)
+    return q, k, v, dout, options
+
+
+@pytest.mark.parametrize("name", DTYPES)
+@pytest.mark.parametrize("options", GRAD_OPTIONS, ids=lambda o: "-".join(o) or "plain")
+def test_the_packages_backward_passes_the_gradient_checker(name, options):
+    dtype = as_dtype(name)
+    q, k, v, dout, options = grad_problem(dtype, options)
+    for block_size in (None, (8, 6)):
+        grads = ar.attention_backward(q, k, v, dout, block_size=block_size, **options)
+        assert all(g.dtype == dtype for g in grads if g is not None)
+        assert_attention_grads_close(grads, q, k, v, dout, **options)
+        assert_attention_grads_close(grads[:3], q, k, v, dout, **options)  # dq, dk, dv only
+
+
+@pytest.mark.parametrize(("name", "error"), [("float16", 0.01), ("bfloat16", 0.05), ("float32", 0.001)])
+def test_the_gradient_checker_catches_wrong_gradients(name, error):
+    dtype = as_dtype(name)
+    q, k, v, dout, options = grad_problem(dtype, GRAD_OPTIONS[2])
+    right = ar.attention_backward(q, k, v, dout, **options)
+    wrong_scale = ar.attention_backward(q, k, v, dout, **options, scale=(1 + error) / 4)  # default 1/sqrt(16)
+    with pytest.raises(AssertionError, match=r"^d[qkv]: .* too far"):
+        assert_attention_grads_close(wrong_scale, q, k, v, dout, **options)
+    no_sinks = ar.attention_backward(q, k, v, dout, softcap=3.0, bias=options["bias"])
+    with pytest.raises(AssertionError, match=r"^dq: "):
+        assert_attention_grads_close(no_sinks, q, k, v, dout, **options)
+    flipped = right._replace(dsinks=-right.dsinks)
+    with pytest.raises(AssertionError, match=r"^dsinks: "):
+        assert_attention_grads_close(flipped, q, k, v, dout, **options)
+    shifted = right._replace(dbias=(right.dbias + 0.05 * np.abs(right.dbias).max()).astype(dtype))
+    with pytest.raises(AssertionError, match=r"^dbias: "):
+        assert_attention_grads_close(shifted, q, k, v, dout, **options)
+
+
+def test_the_naive_float64_backward_is_the_gradient():
+    """In float64 the baseline is the exact backward: central differences of the independent formula agree."""
+    from test_backward import numeric_grads
+
+    q, k, v, dout, options = grad_problem(np.float64, GRAD_OPTIONS[2])
+    q, k, v, dout = (a[:1, :, :4, :3] if a.ndim == 4 else a for a in (q, k, v, dout))
+    options["bias"] = options["bias"][..., :k.shape[-2]]
+    baseline = _naive_backward(q, k, v, dout, np.dtype(np.float64), options)
+    expected = numeric_grads(q, k, v, dout, options)
+    for field, want in expected.items():
+        np.testing.assert_allclose(getattr(baseline, field), want, rtol=0, atol=1e-7 * np.abs(want).max(),
+                                   err_msg=field)
+
+
+@pytest.mark.parametrize(
+    ("actual", "kwargs", "exc", "pattern"),
+    [
+        (np.zeros((2, 3, 4)), {}, TypeError, r"^actual must be a sequence \(dq, dk, dv\)"),
+        ([Q, Q], {}, TypeError, r"^actual must be a sequence .* got list of length 2"),
+        ([Q, Q, Q[..., :3]], {}, ValueError, r"^actual.dv must have the shape of v, \(2, 3, 4\); got \(2, 3, 3\)"),
+        ([Q, Q.astype(int), Q], {}, TypeError, r"^actual.dk must be a kernel's floating-point output"),
+        ([Q, Q, Q, Q], {}, ValueError, r"^actual has dbias but the options have no bias"),
+        ([Q, Q, Q], {"dropout_p": 0.1}, TypeError, r"dropout_p is not an option"),
+        ([Q, Q, Q], {"factor": -1.0}, ValueError, r"^factor must be >= 0.0"),
+    ],
+    ids=["array", "short", "shape", "int", "dbias-without-bias", "dropout", "factor"],
+)
+def test_the_gradient_checker_names_bad_arguments(actual, kwargs, exc, pattern):
+    with pytest.raises(exc, match=pattern):
+        assert_attention_grads_close(actual, Q, Q, Q, OUT, **kwargs)

@@ -2,17 +2,23 @@
 
 Corrects what sphinx-book-theme's launch links do for the book's MyST Markdown chapters: they point at the
 page's source file (``docs/<page>.md``), which Colab cannot open (it opens ``.ipynb`` files from GitHub only) and
-Binder opens as text. So the repository carries each chapter as a notebook, ``notebooks/<page>.ipynb``:
-MyST-NB's own reading of the chapter (its Markdown and code cells, no outputs), made runnable anywhere as the
-downloads are (``notebook_download.runnable_anywhere``: a setup cell that installs what is missing in Colab,
-the benchmark record embedded), cells numbered. ``live_code`` points the Binder and Colab links there.
+Binder opens as text. So the repository carries each chapter as a notebook, ``notebooks/<page>.ipynb``.
 
-Run as a script (``make notebooks``) to write them, or with ``--check`` to list the stale ones and exit 1;
-``tests/test_launch_notebooks.py`` checks that the committed files are current. The setup cell installs
-attention_ref from the repository ``live_code.configured_repository`` names when the files are written (None
-if it names none); ``--check`` rebuilds each file with the requirement that file records.
+Each is made from the chapter's downloadable notebook in the built site (``docs/_build/html/_sources/``, written
+by ``notebook_download``), so it carries the same text: Markdown in which the glued numbers are written in, the
+figures embedded and the cross-references made links (``_notebook_markdown``). The values glued by the chapter's
+code exist only once it has run, and the build is where it runs (and caches the run): reading them anywhere else
+would run the chapters a second time, or reimplement the build's reading of them. From the downloaded notebook
+the outputs and execution counts are dropped (nothing has run in the reader's kernel) and the setup cell is
+written for the requirement given (``notebook_download.runnable_anywhere``). The downloaded notebook records the
+SHA-256 of the chapter it was built from; a notebook built from an older text is refused (build the book first).
 
-Public API only: MyST-NB's ``read_myst_markdown_notebook`` and nbformat's notebook format. Verified with MyST-NB
+Run as a script (``make notebooks``, which builds the book first) to write them, or with ``--check`` to list the
+stale ones and exit 1; ``tests/test_launch_notebooks.py`` checks that the committed files are current. The setup
+cell installs attention_ref from the repository ``live_code.configured_repository`` names when the files are
+written (None if it names none); ``--check`` rebuilds each file with the requirement that file records.
+
+Public API only: MyST-NB's ``is_myst_markdown_notebook`` and nbformat's notebook format. Verified with MyST-NB
 1.4.0.
 """
 
@@ -24,12 +30,17 @@ import sys
 from pathlib import Path
 
 from live_code import configured_repository
-from myst_nb.core.read import is_myst_markdown_notebook, read_myst_markdown_notebook
-from notebook_download import install_spec, numbered, runnable_anywhere
+from myst_nb.core.read import is_myst_markdown_notebook
+from notebook_download import install_spec, numbered, runnable_anywhere, source_digest
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
+SITE = DOCS / "_build" / "html"
 TARGET = ROOT / "notebooks"
+
+
+class BookNotBuilt(RuntimeError):
+    """The built site has no notebook of a chapter's current text (build the book first)."""
 
 
 def sources(docs=DOCS):
@@ -44,15 +55,30 @@ def sources(docs=DOCS):
     return found
 
 
-def launch_notebook(source, install, docs=DOCS):
-    """The notebook of MyST chapter `source` (a path under `docs`) for the launch links, as a string."""
-    notebook = read_myst_markdown_notebook(source.read_text(encoding="utf-8"))
-    notebook = json.loads(json.dumps(notebook))  # plain dicts
-    metadata = {key: value for key, value in notebook["metadata"].items() if key != "file_format"}
+def built_notebook(page, source, site=SITE):
+    """The downloaded notebook of `page` in the built `site` (a dict), checked to be built from `source`'s text."""
+    path = site / "_sources" / f"{page}.ipynb"
+    try:
+        notebook = json.loads(path.read_text(encoding="utf-8"))
+        digest = notebook["metadata"]["attention_ref"]["source_sha256"]
+    except (OSError, ValueError, KeyError) as exc:
+        raise BookNotBuilt(f"no built notebook of {page} at {path} ({exc}): run `make docs` first") from None
+    if digest != source_digest(source):
+        raise BookNotBuilt(f"{path} was built from another text of {source}: run `make docs` first")
+    return notebook
+
+
+def launch_notebook(built, install):
+    """The committed notebook, as a string, made from the downloaded notebook `built` (a dict): no setup cell of
+    its own, no outputs, and a setup cell installing attention_ref from `install`."""
+    cells = [dict(cell) for cell in built["cells"] if "setup" not in cell.get("metadata", {}).get("tags", [])]
+    for cell in cells:
+        if cell["cell_type"] == "code":
+            cell["outputs"] = []
+    metadata = {key: value for key, value in built["metadata"].items() if key in ("kernelspec", "attention_ref")}
     metadata["language_info"] = {"name": "python"}
-    metadata["attention_ref"] = {"source": f"{docs.name}/{source.relative_to(docs).as_posix()}", "install": install}
-    notebook["metadata"] = metadata
-    notebook = numbered(runnable_anywhere(notebook, install))
+    metadata["attention_ref"] = {**metadata.get("attention_ref", {}), "install": install}
+    notebook = numbered(runnable_anywhere({**built, "cells": cells, "metadata": metadata}, install))
     for cell in notebook["cells"]:
         if cell["cell_type"] == "code":
             cell["execution_count"] = None  # not run: no outputs
@@ -66,31 +92,32 @@ def _recorded_install(path):
         return None
 
 
-def _expected(target, docs, install_for):
-    """``{path under target: text}`` for every chapter under `docs`, and the notebooks under `target` that are
-    no chapter's (left over); `install_for(path)` gives the requirement to write into the file at `path`."""
+def _expected(target, docs, site, install_for):
+    """``{path under target: text}`` for every chapter under `docs` (from its notebook in the built `site`), and
+    the notebooks under `target` that are no chapter's (left over); `install_for(path)` gives the requirement to
+    write into the file at `path`."""
     expected = {}
     for page, source in sources(docs).items():
         path = target / f"{page}.ipynb"
-        expected[path] = launch_notebook(source, install_for(path), docs)
+        expected[path] = launch_notebook(built_notebook(page, source, site), install_for(path))
     existing = set(target.rglob("*.ipynb")) if target.is_dir() else set()
     return expected, existing - set(expected)
 
 
-def stale(target=TARGET, docs=DOCS):
+def stale(target=TARGET, docs=DOCS, site=SITE):
     """Files under `target` that differ from their chapter (missing, changed or left over), with what each should hold
     (None: remove). Each is rebuilt with the requirement it records."""
-    expected, left_over = _expected(target, docs, _recorded_install)
+    expected, left_over = _expected(target, docs, site, _recorded_install)
     out = {path: text for path, text in expected.items()
            if not path.is_file() or path.read_text(encoding="utf-8") != text}
     out.update({path: None for path in left_over})
     return out
 
 
-def write(target=TARGET, docs=DOCS, install=None):
+def write(target=TARGET, docs=DOCS, site=SITE, install=None):
     """Write every chapter's notebook under `target` with attention_ref's pip requirement `install`, and remove the
     left-over ones; the paths written."""
-    expected, left_over = _expected(target, docs, lambda path: install)
+    expected, left_over = _expected(target, docs, site, lambda path: install)
     for path, text in expected.items():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
@@ -103,13 +130,23 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="list the stale notebooks and exit 1 if any")
     args = parser.parse_args(argv)
-    if args.check:
-        found = stale()
-        for path, text in sorted(found.items()):
-            print(f"{path.relative_to(ROOT)}: {'left over' if text is None else 'not current'}")
-        if found:
-            print("run `make notebooks` and commit the result")
-        return 1 if found else 0
+    try:
+        return _check() if args.check else _write()
+    except BookNotBuilt as exc:
+        print(exc, file=sys.stderr)
+        return 2
+
+
+def _check():
+    found = stale()
+    for path, text in sorted(found.items()):
+        print(f"{path.relative_to(ROOT)}: {'left over' if text is None else 'not current'}")
+    if found:
+        print("run `make notebooks` and commit the result")
+    return 1 if found else 0
+
+
+def _write():
     repository, branch = configured_repository()
     install = install_spec(repository, branch)
     pages = write(install=install)

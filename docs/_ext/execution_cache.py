@@ -43,7 +43,7 @@ def hash_files(paths) -> str:
 
 
 #: Optional frameworks a page runs live when they are installed and reads from a committed record otherwise
-#: (docs/chapters/frameworks.md): installing or removing one must re-execute that page.
+#: (attention_ref.records): installing or removing one must re-execute those pages.
 OPTIONAL_FRAMEWORKS = ("torch", "jax")
 
 
@@ -53,7 +53,7 @@ def source_fingerprint() -> str:
         *sorted((ROOT / "attention_ref").glob("*.py")),
         DOCS / "chapters" / "matplotlibrc",
         ROOT / "benchmarks" / "results.json",  # read by the Performance chapter
-        DOCS / "chapters" / "frameworks_record.json",  # read by the frameworks page without torch and JAX
+        DOCS / "chapters" / "frameworks_record.json",  # read without torch and JAX (attention_ref.records)
     ])
     installed = [name for name in OPTIONAL_FRAMEWORKS if importlib.util.find_spec(name) is not None]
     return hashlib.sha256(f"{files} {' '.join(installed)}".encode()).hexdigest()[:16]

@@ -6,40 +6,55 @@ Corrects three things about the notebook MyST-NB leaves in ``jupyter_execute/``:
 the jupyter cache, the file has none (they are merged back from the cache here); cell ids are random (they
 are numbered here); and execution counts are null for cached outputs (the code cells are numbered in order,
 as one top-to-bottom run would have). Streams are joined exactly (``exact_streams.merge_streams``).
+Corrects one thing about its Markdown: it is the chapter's MyST source, which no notebook front end renders;
+``_notebook_markdown.for_readers`` writes the glued values in, makes roles links (to the hosted pages when the
+site's address is known: ``html_baseurl``, else Read the Docs' ``READTHEDOCS_CANONICAL_URL``), admonitions
+blockquotes and glued figures embedded images, and collapses the hidden solution cells. The notebook records the
+chapter it was built from and that file's SHA-256 (``metadata.attention_ref``), which ``_launch_notebooks``
+checks before it makes the committed notebooks from it.
 
 Adds what a notebook needs to run outside the repository (``runnable_anywhere``, also used for the committed
 notebooks of ``_launch_notebooks``): a first cell that checks ``attention_ref`` (and ``ml_dtypes`` where the
 chapter imports it) can be imported, installs what is missing when it runs in Colab and the repository is known
 (from the theme's ``repository_url`` and ``repository_branch``, which ``live_code`` sets), and otherwise prints
-the ``%pip install`` line and raises; a stand-in for ``myst_nb.glue`` that shows the value where myst-nb is
-missing; and the files a chapter reads from the repository (``EMBEDDED``: the benchmark and frameworks records)
-carried in the notebook, the expression that reads one replaced by its content as a Python literal. The file is
-written after the theme's launch buttons (priority 502), which copy MyST-NB's raw notebook to the same place
-when configured.
+the ``%pip install`` line and raises; a stand-in for ``myst_nb.glue`` where myst-nb is missing, which shows a
+value only when asked to (``display=True``), as ``glue`` does outside the book (the values the prose uses are
+already written into its Markdown); and the files a chapter reads from the repository (``EMBEDDED``: the
+benchmark and frameworks records) carried in the notebook, the expression that reads one replaced by its content
+as a Python literal. The file is written after the theme's launch buttons (priority 502), which copy MyST-NB's
+raw notebook to the same place when configured.
 
 Public API only: the ``html-page-context`` event (named before the theme builds its buttons, priority 500;
-written after them, 502) and
-jupyter-cache's ``merge_match_into_notebook``. Verified with Sphinx 9.0.4, sphinx-book-theme 1.4.0,
+written after them, 502), jupyter-cache's ``merge_match_into_notebook``, and for the links and included files
+the standard and Python domains' data, ``env.titles``, intersphinx's ``InventoryAdapter`` and Sphinx's
+``LiteralIncludeReader``. Verified with Sphinx 9.0.4, sphinx-book-theme 1.4.0,
 MyST-NB 1.4.0 and jupyter-cache 1.0.1.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
+import os
+import posixpath
 import pprint
 import re
 from pathlib import Path
 
 import nbformat
+from _notebook_markdown import Book, for_readers, glue_values
 from exact_streams import merge_streams
 from jupyter_cache import get_cache
+from sphinx.directives.code import LiteralIncludeReader
+from sphinx.ext.intersphinx import InventoryAdapter
 
 ROOT = Path(__file__).resolve().parents[2]
 # Files a page's code reads from the repository (relative to ROOT), and the expression that reads one (from the
 # page's own folder, some levels below ROOT).
 EMBEDDED = {
     "benchmarks/results.json": r'json\.loads\(Path\("(?:\.\./)+benchmarks/results\.json"\)\.read_text\(\)\)',
-    # Read by the frameworks chapter where PyTorch or JAX is missing.
+    # Read by the pages that compare with PyTorch or JAX where they are missing (attention_ref.records).
     "docs/chapters/frameworks_record.json": r"json\.loads\(RECORD_FILE\.read_text\(\)\)",
 }
 # What the chapters import beyond attention_ref and its own requirements, and the pip name of each. The setup
@@ -91,11 +106,28 @@ def _setup_cell(install, others):
             "execution_count": None, "source": SETUP_CELL.format(needs={"attention_ref": install, **others})}
 
 
+class _NonFinite(float):
+    """NaN or an infinity, written as Python reads it back (``float("nan")``; a bare ``nan`` is a NameError)."""
+
+    def __repr__(self):
+        return f'float("{float.__repr__(self)}")'
+
+
+def _python(value):
+    """JSON data `value` with its non-finite numbers as `_NonFinite`, so its ``pprint`` is valid Python."""
+    if isinstance(value, dict):
+        return {key: _python(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_python(item) for item in value]
+    return _NonFinite(value) if isinstance(value, float) and not math.isfinite(value) else value
+
+
 def _embedded(source):
     """`source` with each read of a file listed in `EMBEDDED` replaced by the file's content, as a literal."""
     for path, read in EMBEDDED.items():
         if re.search(read, source):
-            record = pprint.pformat(json.loads((ROOT / path).read_text(encoding="utf-8")), sort_dicts=False)
+            data = _python(json.loads((ROOT / path).read_text(encoding="utf-8")))
+            record = pprint.pformat(data, sort_dicts=False)
             literal = f"(  # {path}, as recorded when this notebook was built\n{record})"
             source = re.sub(read, lambda _, literal=literal: literal, source)
     return source
@@ -154,6 +186,51 @@ def offer_notebook_download(app, pagename, templatename, context, doctree):
         context["ipynb_source"] = f"{pagename}.ipynb"
 
 
+def site_url(app):
+    """The address the site is published at (``html_baseurl``, else Read the Docs' canonical URL), or ''."""
+    return (app.config.html_baseurl or os.environ.get("READTHEDOCS_CANONICAL_URL", "")).rstrip("/")
+
+
+def _external(env, target):
+    """The URL intersphinx knows for the Python object `target` (Python's, NumPy's, Matplotlib's pages), or None."""
+    for objtype, items in InventoryAdapter(env).main_inventory.items():
+        if objtype.startswith("py:") and target in items:
+            item = items[target]
+            return item.uri if hasattr(item, "uri") else item[2]
+    return None
+
+
+def book_for(app, pagename, notebook):
+    """The `Book` of page `pagename`: its glued values, the links of its roles, its included files."""
+    env, base = app.env, site_url(app)
+
+    def url(docname, anchor=""):
+        return f"{base}/{app.builder.get_target_uri(docname)}" + (f"#{anchor}" if anchor else "") if base else None
+
+    def link(role, target):
+        if role in ("ref", "numref", "any"):
+            docname, anchor, title = env.get_domain("std").labels.get(target, (None, None, None))
+            return (title, url(docname, anchor)) if docname else (None, None)
+        if role == "doc":
+            docname = posixpath.normpath(target.lstrip("/") if target.startswith("/")
+                                         else posixpath.join(posixpath.dirname(pagename), target))
+            return (env.titles[docname].astext(), url(docname)) if docname in env.titles else (None, None)
+        entry = env.get_domain("py").objects.get(target)
+        return (target, url(entry.docname, entry.node_id)) if entry else (target, _external(env, target))
+
+    def include(argument, options):
+        _, path = env.relfn2path(argument, pagename)
+        text, _ = LiteralIncludeReader(path, options, app.config).read()
+        return text, options.get("language", "")
+
+    return Book(glue=glue_values(notebook), link=link, include=include, page=pagename)
+
+
+def source_digest(path):
+    """SHA-256 of a chapter's source file: recorded in its notebook, so a copy can tell which text it was made from."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
 def write_notebook(app, pagename, templatename, context, doctree):
     """Write the page's executed notebook to ``_sources/``."""
     executed = _executed(app, pagename)
@@ -164,7 +241,12 @@ def write_notebook(app, pagename, templatename, context, doctree):
     notebook = json.loads(executed.read_text(encoding="utf-8"))
     options = app.config.html_theme_options  # the repository, as live_code (or conf.py) set it
     install = install_spec(options.get("repository_url"), options.get("repository_branch"))
-    notebook = numbered(runnable_anywhere(_with_cached_outputs(app, notebook), install))
+    notebook = _with_cached_outputs(app, notebook)
+    notebook = numbered(runnable_anywhere(for_readers(notebook, book_for(app, pagename, notebook)), install))
+    source = Path(app.env.doc2path(pagename))
+    notebook["metadata"]["attention_ref"] = {
+        "source": Path(app.srcdir).name + "/" + source.relative_to(app.srcdir).as_posix(),
+        "source_sha256": source_digest(source), "install": install}
     target.write_text(json.dumps(notebook, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
 
 

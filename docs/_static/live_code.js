@@ -1,9 +1,12 @@
 /* Live code for the attention_ref book (docs/_ext/live_code.py): the "Live code" button in a chapter's header
  * turns its code cells into editable cells run by one Jupyter kernel, over the Jupyter server's REST and
  * WebSocket API. Nothing is fetched before the button is pressed. The kernel comes from the server `make serve`
- * runs beside the book (it answers _live/config.json with its address and token), else from Binder when the
+ * runs beside the book (it answers _live/config.json with its address and token, to a browser that opened the
+ * link `make serve` printed; to any other it answers 403 and the page says how to get in), else from Binder when the
  * build knew the repository, else the page says that no kernel can be had and how to get one.
- * The book's own code (BSD-3-Clause, like the rest of the repository); no third-party code. */
+ * The cells are edited in CodeMirror 6, loaded with the button from the vendored bundle _static/live_editor.js
+ * (MIT; built from vendor/live_editor/), coloured by the page's own Pygments classes; if that bundle cannot be
+ * loaded, in plain text boxes. This file is the book's own code (BSD-3-Clause, like the rest of the repository). */
 (() => {
   "use strict";
   const settings = window.attentionRefLiveCodeConfig || { binder: null };
@@ -16,7 +19,18 @@
     "with `make serve` from a clone of the repository, or download this page's notebook (.ipynb) from the " +
     "download menu and open it in Jupyter.";
 
-  class LiveError extends Error {}
+  const NOT_LET_IN = "This copy of the book is served by `make serve`, which runs code only for the browser " +
+    "that opened the link it printed in its terminal (ORIGIN/?key=…). Open that link in this browser to use " +
+    "Live code here; each link works once, and the terminal then prints a fresh one for another browser. " +
+    "The book reads normally without it.";
+
+  // An error the status line shows; a `complete` one is a whole explanation, shown without "Live code failed:".
+  class LiveError extends Error {
+    constructor(message, complete = false) {
+      super(message);
+      this.complete = complete;
+    }
+  }
 
   const uuid = () => (crypto.randomUUID ? crypto.randomUUID()
     : "xxxxxxxx-xxxx-4xxx-8xxx-xxxxxxxxxxxx".replace(/x/g, () => ((Math.random() * 16) | 0).toString(16)));
@@ -29,6 +43,41 @@
     return node;
   }
 
+  // -- The editor ---------------------------------------------------------------------------------------------
+
+  // CodeMirror from the vendored bundle: createEditor(parent, source, label, run) -> {value, focus()}.
+  function loadEditor() {
+    if (window.attentionRefEditor) return Promise.resolve(window.attentionRefEditor.createEditor);
+    return new Promise((resolve, reject) => {
+      const script = element("script", { src: new URL("_static/live_editor.js", root).href });
+      script.onload = () => resolve(window.attentionRefEditor.createEditor);
+      script.onerror = () => reject(new Error("_static/live_editor.js could not be loaded"));
+      document.head.append(script);
+    });
+  }
+
+  // The stand-in when the bundle cannot be loaded: a plain text box with the same interface.
+  function plainEditor(parent, source, label, run) {
+    const editor = element("textarea", {
+      class: "live-code-plain", spellcheck: "false", autocapitalize: "off", autocomplete: "off",
+      "aria-label": label, rows: String(Math.max(1, source.split("\n").length)),
+    });
+    editor.value = source;
+    editor.addEventListener("input", () => { editor.rows = Math.max(1, editor.value.split("\n").length); });
+    editor.addEventListener("keydown", (event) => {
+      if (event.key === "Enter" && (event.shiftKey || event.ctrlKey)) {
+        event.preventDefault();
+        run();
+      }
+    });
+    parent.append(editor);
+    return {
+      get value() { return editor.value; },
+      set value(text) { editor.value = text; },
+      focus() { editor.focus(); },
+    };
+  }
+
   // -- Where the kernel comes from ----------------------------------------------------------------------------
 
   async function localServer() {
@@ -38,6 +87,7 @@
     } catch (error) {
       return null;
     }
+    if (response.status === 403) throw new LiveError(NOT_LET_IN.replace("ORIGIN", location.origin), true);
     if (!response.ok) return null;
     const found = await response.json();
     return { where: "this machine", baseUrl: found.base_url, token: found.token,
@@ -173,8 +223,12 @@
       this.article = document.querySelector("article.bd-article") || document.querySelector("main") || document.body;
       this.cells = [];
       this.kernel = null;
+      this.on = true;
       this.panel = this.makePanel();
-      this.makeCells();
+      this.cellsReady = loadEditor().then((create) => this.makeCells(create), (error) => {
+        this.hint.textContent += ` (Plain text boxes: the code editor could not be loaded: ${error.message}.)`;
+        this.makeCells(plainEditor);
+      });
       this.kernelReady = this.connect();
       this.kernelReady.catch(() => null); // the reason is in the status line
     }
@@ -189,15 +243,23 @@
       this.runAllButton.addEventListener("click", () => this.runAll());
       this.restartButton.addEventListener("click", () => this.restart());
       actions.append(this.runAllButton, this.restartButton);
-      const hint = element("p", { class: "live-code-hint" },
+      const hint = this.hint = element("p", { class: "live-code-hint" },
         "Edit any code cell and press its Run button (or Shift+Enter in the cell). The cells share one kernel: " +
         "run them from the top, as in a notebook.");
       panel.append(this.status, actions, hint);
       this.article.prepend(panel);
+      // The panel sticks just below the theme's sticky header (its height changes with the window's width).
+      const header = document.querySelector(".bd-header-article");
+      const below = () => {
+        const sticky = header && ["sticky", "fixed"].includes(getComputedStyle(header).position);
+        panel.style.top = `${(sticky ? header.getBoundingClientRect().height : 0) + 8}px`;
+      };
+      below();
+      if (header && window.ResizeObserver) new ResizeObserver(below).observe(header);
       return panel;
     }
 
-    makeCells() {
+    makeCells(createEditor) {
       let number = 0;
       for (const cell of this.article.querySelectorAll("div.cell")) {
         const pre = cell.querySelector(".cell_input pre");
@@ -206,32 +268,23 @@
         const input = pre.closest(".cell_input");
         const source = pre.textContent.replace(/\n$/, "");
         const box = element("div", { class: "live-code-cell" });
-        const editor = element("textarea", {
-          class: "live-code-editor", spellcheck: "false", autocapitalize: "off", autocomplete: "off",
-          "aria-label": `Code cell ${number}`, rows: String(Math.max(1, source.split("\n").length)),
-        });
-        editor.value = source;
-        editor.addEventListener("input", () => { editor.rows = Math.max(1, editor.value.split("\n").length); });
+        // Inside a `.highlight` box the page's Pygments colours apply to the editor's tokens, as to the page's.
+        const frame = element("div", { class: "live-code-editor highlight" });
+        const entry = { cell, input, box, number, staticOutputs: [...cell.querySelectorAll(".cell_output")] };
+        entry.editor = box.liveEditor = createEditor(frame, source, `Code cell ${number}`, () => this.runCell(entry));
         const bar = element("div", { class: "live-code-bar" });
         const run = element("button", { type: "button", class: "live-code-button live-code-run" }, "Run");
         const count = element("span", { class: "live-code-count" }, "");
         bar.append(run, count);
         const output = element("div", { class: "live-code-output", "aria-live": "polite", "aria-label": `Output of code cell ${number}`, role: "region" });
         output.hidden = true;
-        box.append(editor, bar, output);
+        box.append(frame, bar, output);
         input.after(box); // inside a folded cell (hide-input, hide-cell) the editor stays folded with it
-        const entry = { cell, input, box, editor, run, count, output, number,
-                        staticOutputs: [...cell.querySelectorAll(".cell_output")] };
+        Object.assign(entry, { run, count, output });
         run.addEventListener("click", () => this.runCell(entry));
-        editor.addEventListener("keydown", (event) => {
-          if (event.key === "Enter" && (event.shiftKey || event.ctrlKey)) {
-            event.preventDefault();
-            this.runCell(entry);
-          }
-        });
         this.cells.push(entry);
       }
-      this.show(true);
+      this.show(this.on);
     }
 
     show(on) {
@@ -254,15 +307,15 @@
       const report = (name, text) => this.state(name, text);
       try {
         const server = (await localServer()) || (settings.binder ? await binderServer(settings.binder, report) : null);
-        if (!server) throw new LiveError(NO_KERNEL);
+        if (!server) throw new LiveError(NO_KERNEL, true);
         this.state("connecting", `Live code: starting a kernel on ${server.where}…`);
         this.kernel = new Kernel(server, report);
         await this.kernel.start();
         this.state("ready", `Live code: ready (a Python kernel on ${server.where}).`);
         return this.kernel;
       } catch (error) {
-        const reason = error instanceof LiveError ? error.message : `Live code failed: ${error.message || error}`;
-        this.state("failed", reason.startsWith("No kernel") ? reason : `Live code failed: ${reason}`);
+        const complete = error instanceof LiveError && error.complete;
+        this.state("failed", complete ? error.message : `Live code failed: ${error.message || error}`);
         throw error;
       }
     }

@@ -1,0 +1,136 @@
+r"""Framework results run live where PyTorch or JAX is installed, and read from a record where it is not.
+
+The book compares the package with PyTorch and JAX, yet Read the Docs and
+``make docs`` install neither, and a page must read the same there.
+`FrameworkRecord` runs a comparison live when every framework it needs can be
+imported, and otherwise returns the results a live run stored, in a record
+with one section per page (``docs/chapters/frameworks_record.json``).
+Results are strict JSON values: finite numbers, strings, and lists and dicts
+of them (no NaN: a notebook carries the record as a Python literal, where
+``nan`` is not a name).
+
+With the environment variable ``FRAMEWORKS_RECORD`` naming a file, a live run
+writes its page's section there (`FrameworkRecord.save_if_requested`): that
+renews the committed record, and ``tests/test_frameworks_record.py`` compares
+such a run with it. The class lives in the package rather than beside the
+pages because the pages' notebooks run wherever attention_ref is installed
+(Colab, Binder), where the repository's ``docs/`` folder is not.
+
+Examples
+--------
+>>> from attention_ref.records import FrameworkRecord
+>>> recorded = {"demo": {"versions": {"no_such_framework": "1.0"}, "cases": {"sum": {"total": 3}}}}
+>>> record = FrameworkRecord("demo", recorded, needs=("no_such_framework",))
+>>> record.live
+False
+>>> record.take("sum", lambda: {"total": 1 + 2})   # not run: the framework is missing
+{'total': 3}
+>>> record.note()
+'are recorded: computed with no_such_framework 1.0 on a machine that had it'
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import json
+import os
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+__all__ = ["ENVIRONMENT_VARIABLE", "FrameworkRecord"]
+
+#: Names a file for a live run to write its page's section to.
+ENVIRONMENT_VARIABLE = "FRAMEWORKS_RECORD"
+#: How the notes name each framework (by its import name).
+DISPLAY_NAMES = {"torch": "PyTorch", "jax": "JAX"}
+
+
+def _installed(name: str) -> bool:
+    """Whether `name` can be imported (``find_spec`` also says no for a module set to None in sys.modules)."""
+    return importlib.util.find_spec(name) is not None
+
+
+class FrameworkRecord:
+    """One page's framework results: run live if every framework in `needs` is installed, else recorded.
+
+    Parameters
+    ----------
+    page : str
+        The page's section in the record.
+    recorded : mapping
+        The record's content (the parsed JSON file): ``{page: {"versions": ..., "cases": ...}}``.
+    needs : iterable of str
+        Import names of the frameworks the page's comparisons use, e.g. ``("torch", "jax")``.
+
+    Attributes
+    ----------
+    live : bool
+        True when every framework in `needs` can be imported.
+    versions : dict
+        The frameworks' versions (and NumPy's and the package's): installed ones when live, recorded ones otherwise.
+    measured : dict
+        The results of each case taken so far, by case name.
+    """
+
+    def __init__(self, page: str, recorded: Mapping[str, Any], needs: Iterable[str]):
+        self.page = page
+        self.needs = tuple(needs)
+        if not self.needs:
+            raise ValueError("needs must name at least one framework, got none")
+        self.live = all(_installed(name) for name in self.needs)
+        self.measured: dict[str, Any] = {}
+        if self.live:
+            self._cases: Mapping[str, Any] = {}
+            self.versions = {name: importlib.metadata.version(name) for name in (*self.needs, "numpy", "attention_ref")}
+        else:
+            if page not in recorded:
+                raise ValueError(f"the record has no section for page {page!r}; it has {sorted(recorded)}")
+            self._cases = recorded[page]["cases"]
+            self.versions = dict(recorded[page]["versions"])
+
+    def take(self, case: str, run: Callable[[], Any]) -> Any:
+        """The results of `case`: ``run()`` when live, the recorded ones otherwise (kept in `measured` too)."""
+        if self.live:
+            self.measured[case] = run()
+        elif case in self._cases:
+            self.measured[case] = self._cases[case]
+        else:
+            raise ValueError(f"the record of page {self.page!r} has no case {case!r}; it has {sorted(self._cases)}")
+        return self.measured[case]
+
+    def frameworks(self) -> str:
+        """The frameworks with their versions, as a note names them: ``'PyTorch 2.5.1 and JAX 0.4.35'``."""
+        named = [f"{DISPLAY_NAMES.get(name, name)} {self.versions[name]}" for name in self.needs]
+        return ", ".join(named[:-1]) + " and " + named[-1] if len(named) > 1 else named[0]
+
+    def note(self) -> str:
+        """How the results were obtained, to complete "The ... results on this page ...": live or recorded."""
+        if self.live:
+            return f"ran live in this build of the book, with {self.frameworks()}"
+        them = "them" if len(self.needs) > 1 else "it"
+        return f"are recorded: computed with {self.frameworks()} on a machine that had {them}"
+
+    def save_if_requested(self, environ: Mapping[str, str] = os.environ) -> Path | None:
+        """Write this page's section into the file named by ``FRAMEWORKS_RECORD``, if set; return its path.
+
+        The file's other pages' sections are kept. Only a live run can record, and only strict JSON (a NaN
+        or infinity in the results is a ValueError: describe it in words).
+        """
+        target = environ.get(ENVIRONMENT_VARIABLE)
+        if not target:
+            return None
+        if not self.live:
+            raise RuntimeError(f"{ENVIRONMENT_VARIABLE} is set but {', '.join(self.needs)} cannot all be imported: "
+                               "only a live run can record")
+        path = Path(target)
+        content = json.loads(path.read_text(encoding="utf-8")) if path.is_file() and path.stat().st_size else {}
+        content[self.page] = {"versions": self.versions, "cases": self.measured}
+        try:
+            text = json.dumps(content, indent=1, allow_nan=False)
+        except ValueError as exc:
+            raise ValueError(f"the results of page {self.page!r} must be strict JSON ({exc}): "
+                             f"describe a NaN or infinity in words, got {self.measured!r}") from None
+        path.write_text(text + "\n", encoding="utf-8")
+        return path
