@@ -16,7 +16,7 @@ BUILD := docs/_build
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 1700000000)
 export SOURCE_DATE_EPOCH
 
-.PHONY: all venv docs docs-clean notebooks serve test test-fast lint bench chromium clean
+.PHONY: all venv docs docs-clean notebooks serve test test-fast lint bench bench-quick chromium clean
 
 all: test
 
@@ -77,6 +77,10 @@ lint: $(TEST_STAMP)
 
 bench: $(TEST_STAMP)
 	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(PY) benchmarks/run.py --write benchmarks/results.json
+
+## The oracle shapes only (no long runs, best of 3), printed, not recorded: under a minute.
+bench-quick: $(TEST_STAMP)
+	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(PY) benchmarks/run.py --quick
 
 ## Debian's Chromium for the browser tests (Playwright's own download does not work offline).
 chromium:

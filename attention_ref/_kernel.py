@@ -12,6 +12,9 @@ matmul and ufuncs.
 
 from __future__ import annotations
 
+import functools
+import itertools
+import math
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -24,8 +27,13 @@ __all__: list[str] = []  # private module
 MAX_BLOCK_ROWS = 512
 BLOCK_BYTES = 4 << 20
 MIN_BLOCK_ROWS = 64
-#: Below this many score entries threads cost more than they save.
+#: Query blocks a banded problem (causal mask or window) is split into at least, so that the
+#: blocks' key ranges follow the band closely: at 8 blocks a causal call computes 56 % of the scores.
+BANDED_BLOCKS = 8
+#: Below this much work (score entries computed plus key and value entries read) threads cost more than they save.
 _PARALLEL_MIN = 1 << 20
+#: Below this many score entries the dense kernel subtracts the row maximum rather than bounding the scores.
+_BOUND_MIN = 1 << 14
 
 _pool: ThreadPoolExecutor | None = None
 _blas_controller = None
@@ -51,11 +59,17 @@ def _one_blas_thread():
     return _blas_controller.limit(limits=1, user_api="blas")
 
 
+@functools.cache
+def _cpu_count() -> int:
+    """``os.cpu_count()``, read once: it costs about 0.1 ms a call on some machines (a tiny call takes less)."""
+    return os.cpu_count() or 1
+
+
 def n_threads() -> int:
     """Worker threads to use: ``ATTENTION_REF_NUM_THREADS`` if set, else one per core."""
     value = os.environ.get("ATTENTION_REF_NUM_THREADS", "").strip()
     if not value:
-        return os.cpu_count() or 1
+        return _cpu_count()
     try:
         n = int(value)
     except ValueError:
@@ -65,10 +79,9 @@ def n_threads() -> int:
     return n
 
 
-def _get_pool() -> ThreadPoolExecutor | None:
-    """A process-wide pool with one worker per thread allowed (None for one thread)."""
+def _get_pool(n: int) -> ThreadPoolExecutor | None:
+    """A process-wide pool with `n` workers (None for one thread)."""
     global _pool
-    n = n_threads()
     if n < 2:
         return None
     if _pool is None or _pool._max_workers != n:
@@ -76,17 +89,19 @@ def _get_pool() -> ThreadPoolExecutor | None:
     return _pool
 
 
-def run_blocks(fn, tasks, n_scores: int) -> None:
+def run_blocks(fn, tasks, work: int, threads: int | None = None) -> None:
     """Call ``fn(task)`` for every task, on the thread pool when there is enough work.
 
     The tasks must be independent (they write disjoint parts of an output).
-    ``n_scores`` is the number of score entries the whole call computes; below
-    ``_PARALLEL_MIN`` threads cost more than they save. NumPy's error state is
-    thread-local, so `fn` must set its own ``np.errstate``.
+    ``work`` counts the entries the whole call computes or reads (score
+    entries, and for the dense kernel key and value entries); below
+    ``_PARALLEL_MIN`` threads cost more than they save. `threads` defaults to
+    `n_threads`. NumPy's error state is thread-local, so `fn` must set its
+    own ``np.errstate``.
     """
     tasks = list(tasks)
-    threads = n_threads()  # checks ATTENTION_REF_NUM_THREADS on every call
-    pool = _get_pool() if threads > 1 and len(tasks) > 1 and n_scores >= _PARALLEL_MIN else None
+    threads = n_threads() if threads is None else threads  # checks ATTENTION_REF_NUM_THREADS
+    pool = _get_pool(threads) if threads > 1 and len(tasks) > 1 and work >= _PARALLEL_MIN else None
     limit = _one_blas_thread() if pool is not None else None
     if pool is None or limit is None:
         for task in tasks:
@@ -149,9 +164,8 @@ def softmax_rows_times(scores, v, out, shift=True, sink=None) -> None:
     total = scores.sum(axis=-1, keepdims=True)  # (l, 1): sum_j e_j
     if sink is not None:
         total += np.exp(sink - m)
-    total[total == 0] = 1.0  # zero rows stay zero instead of 0/0
     np.matmul(scores, v, out=out)  # (l, Ev): sum_j e_j v_j
-    out /= total
+    np.divide(out, total, out=out, where=total != 0)  # zero rows stay as they are instead of 0/0
 
 
 def scaled_down_values(v, n_keys: int):
@@ -179,22 +193,69 @@ def exp_limit(dtype) -> float:
     checks its output and recomputes a block with `scaled_down_values` if
     they did.
     """
+    return _exp_limit(np.dtype(dtype))
+
+
+@functools.cache
+def _exp_limit(dtype: np.dtype) -> float:
     return float(np.log(np.finfo(dtype).max)) / 4
 
 
-def block_rows(n_rows: int, n_keys: int, itemsize: int, n_batch: int = 1) -> int:
+def block_rows(
+    n_rows: int, n_keys: int, itemsize: int, n_batch: int = 1, threads: int | None = None, banded: bool = False
+) -> int:
     """Query rows per block: a power of two with (rows, n_keys) scores within `BLOCK_BYTES`.
 
     Between `MIN_BLOCK_ROWS` and `MAX_BLOCK_ROWS` (the largest that helps the
     matrix products), and halved while there would be fewer than two blocks
-    per thread, so that small problems still use every core.
+    per thread (`threads`, default `n_threads`), so that small problems still
+    use every core. A `banded` problem (causal mask or window) is split into
+    at least `BANDED_BLOCKS` blocks, each visiting only the keys it may see.
     """
+    threads = n_threads() if threads is None else threads
     rows = MAX_BLOCK_ROWS
     while rows > MIN_BLOCK_ROWS and rows * n_keys * itemsize > BLOCK_BYTES:
         rows //= 2
-    while rows > MIN_BLOCK_ROWS and n_batch * -(-n_rows // rows) < 2 * n_threads():
+    while rows > MIN_BLOCK_ROWS and n_batch * -(-n_rows // rows) < 2 * threads:
+        rows //= 2
+    while banded and rows > MIN_BLOCK_ROWS and -(-n_rows // rows) < BANDED_BLOCKS:
         rows //= 2
     return rows
+
+
+def heads_per_task(n_heads: int, block_bytes: int, n_other: int, threads: int) -> int:
+    """Heads (last batch axis) one task computes together: as many as fit `BLOCK_BYTES` of scores.
+
+    Small problems then run as one batched product instead of one Python
+    step per head. With several `threads` the group is halved while there
+    would be fewer than two tasks per thread (`n_other` tasks per group
+    come from the query blocks and the other batch axes).
+    """
+    group = max(1, min(n_heads, BLOCK_BYTES // max(block_bytes, 1)))
+    while threads > 1 and group > 1 and -(-n_heads // group) * n_other < 2 * threads:
+        group = -(-group // 2)
+    return group
+
+
+def _full_batch(arr: np.ndarray, batch: tuple[int, ...]) -> np.ndarray:
+    """`arr` (..., m, n) as a view with exactly the batch axes `batch` (no copy; no call when it has them)."""
+    return arr if arr.shape[:-2] == batch else np.broadcast_to(arr, batch + arr.shape[-2:])
+
+
+def _edges(p, rows: slice, keys: slice) -> list[slice]:
+    """The parts of `keys` that need the additive term for the query `rows`, as slices relative to `keys`.
+
+    With only a window (or causal mask) the keys every query of the block
+    may see need none: the term is built and added for the band's edges only.
+    """
+    if p.mask is not None or p.bias is not None:
+        return [slice(0, keys.stop - keys.start)]
+    start, stop = p.inside_keys(rows)
+    start, stop = max(start, keys.start), min(stop, keys.stop)
+    if start >= stop:
+        return [slice(0, keys.stop - keys.start)]
+    return [s for s in (slice(0, start - keys.start), slice(stop - keys.start, keys.stop - keys.start))
+            if s.stop > s.start]
 
 
 def dense_attention(problem) -> np.ndarray:
@@ -202,85 +263,104 @@ def dense_attention(problem) -> np.ndarray:
     p = problem
     batch = p.out_shape[:-2]
     L, S = p.n_queries, p.n_keys
-    Ev = p.v.shape[-1]
+    E, Ev = p.q.shape[-1], p.v.shape[-1]
     if S == 0 or L == 0 or Ev == 0 or 0 in batch:
         # No keys: every row is fully masked, so the output is zeros.
         return np.zeros((*batch, L, Ev), dtype=p.out_dtype)
     dtype = p.q.dtype
+    threads = n_threads()  # checks ATTENTION_REF_NUM_THREADS on every call
     scale = dtype.type(p.scale)
     out = np.empty((*batch, L, Ev), dtype=dtype)
-    q = np.broadcast_to(p.q, batch + p.q.shape[-2:])  # (..., L, E)
-    k = np.broadcast_to(p.k, batch + p.k.shape[-2:])  # (..., S, E)
-    v = np.broadcast_to(p.v, batch + p.v.shape[-2:])  # (..., S, Ev)
+    q, k, v = (_full_batch(a, batch) for a in (p.q, p.k, p.v))  # (..., L, E), (..., S, E), (..., S, Ev)
     slopes = None if p.alibi_slopes is None else np.broadcast_to(p.alibi_slopes[..., 0, 0], batch)
     sinks = None if p.sinks is None else np.broadcast_to(p.sinks, batch)
     # Cauchy-Schwarz: |q_i . k_j| <= |q_i| max_j |k_j|. Where that bound (or the soft cap, which bounds
     # every score) is below exp_limit, exp(score) is safe without subtracting the row maximum. Masks add
-    # 0 or -inf and keep the bound; a float bias or ALiBi term does not, nor does a large sink.
+    # 0 or -inf and keep the bound; a float bias or ALiBi term does not, nor does a large sink. The key
+    # norms read all of k (S E per head), the shift two passes over the scores (2 L S): with fewer than
+    # E / 2 queries (decoding) the shift is the cheaper of the two.
     limit = exp_limit(dtype) if p.bias is None and slopes is None else -1.0
+    n_batch = math.prod(batch)
+    if p.softcap is None and (2 * L < E or n_batch * L * S < _BOUND_MIN):
+        limit = -1.0  # the bound's few calls cost more than the passes they save in a tiny call
     if sinks is not None and not np.abs(sinks).max(initial=0.0) <= limit:
         limit = -1.0
-    k_norms: dict = {}  # max_j |k_j| per batch index, filled by whichever thread needs it first
-    n_batch = int(np.prod(batch, dtype=np.int64))
-    rows_per_block = block_rows(L, S, dtype.itemsize, n_batch)
-    # The heads of one query block run one after another, so that the block's
-    # additive term (mask, window, bias) is built once, shared, and dropped
-    # when its last head is done: O(threads * rows * S), not O(L * S). Only
+    k_norms: dict = {}  # max_j |k_j| per task group, filled by whichever thread needs it first
+    rows_per_block = block_rows(L, S, dtype.itemsize, n_batch, threads, banded=p.window is not None)
+    n_row_blocks = -(-L // rows_per_block)
+    # Tasks: one query block of a group of heads (the last batch axis). Small problems take all heads
+    # in one batched product; large ones one head per task, as many tasks as keep the threads busy.
+    n_heads, outer = (batch[-1], batch[:-1]) if batch else (1, ())
+    n_outer = math.prod(outer)
+    work = n_batch * S * (L + E + Ev)  # scores computed, keys and values read
+    busy = threads if work >= _PARALLEL_MIN else 1  # below it run_blocks takes the tasks in turn
+    group = heads_per_task(n_heads, min(L, rows_per_block) * S * dtype.itemsize, n_row_blocks * n_outer, busy)
+    heads = range(0, n_heads, group)
+    # The head groups of one query block run one after another, so that the
+    # block's additive term (mask, window, bias) is built once, shared, and dropped
+    # when its last group is done: O(threads * rows * S), not O(L * S). Only
     # the keys some query of the block may see under the window are used.
-    tasks = [(idx, r0) for r0 in range(0, L, rows_per_block) for idx in np.ndindex(*batch)]
+    outer_indices = list(itertools.product(*map(range, outer)))  # np.ndindex costs more for one index
+    tasks = [(o, h0, r0) for r0 in range(0, L, rows_per_block) for o in outer_indices for h0 in heads]
     extras: dict = {}
     uses = dict.fromkeys(range(0, L, rows_per_block), 0)
     lock = threading.Lock()
-    scratch = threading.local()  # one (rows_per_block * S) score buffer per thread
+    scratch = threading.local()  # one (group * rows_per_block * S) score buffer per thread
 
     def shared(r0):
-        """``(keys, additive term, ALiBi distances)`` of the query block at `r0`, built once for all heads."""
+        """``(keys, [(key part, additive term)], ALiBi distances)`` of the query block at `r0`, built once."""
         entry = extras.get(r0)
         if entry is None:  # two threads may both build it: same value, no harm
             rows = slice(r0, min(L, r0 + rows_per_block))
             keys = slice(*p.key_range(rows))
-            extra = p.additive(rows, keys, alibi=False)
-            extra = False if extra is None else np.broadcast_to(extra, batch + extra.shape[-2:])
+            terms = []
+            if p.mask is not None or p.bias is not None or p.window is not None:
+                for part in _edges(p, rows, keys):
+                    cols = slice(keys.start + part.start, keys.start + part.stop)
+                    extra = p.additive(rows, cols, alibi=False)
+                    terms.append((part, _full_batch(extra, batch)))
             distances = None if slopes is None else p.alibi_distances(rows, keys)
-            entry = extras[r0] = (keys, extra, distances)
+            entry = extras[r0] = (keys, terms, distances)
         with lock:
             uses[r0] += 1
-            if uses[r0] == n_batch:
+            if uses[r0] == n_outer * len(heads):
                 del extras[r0]
         return entry
 
     def block(task):
-        idx, r0 = task
+        outer_idx, h0, r0 = task
+        idx = (*outer_idx, slice(h0, h0 + group)) if batch else ()
         rows = slice(r0, r0 + rows_per_block)
-        target = out[(*idx, rows)]  # (l, Ev)
-        keys, extra, distances = shared(r0)
+        target = out[(*idx, rows)]  # (g, l, Ev), or (l, Ev) without batch axes
+        keys, terms, distances = shared(r0)
         n_keys = keys.stop - keys.start
         if n_keys == 0:
             target[...] = 0.0  # the window hides every key from these queries
             return
         if not hasattr(scratch, "scores"):
-            scratch.scores = np.empty(min(L, rows_per_block) * S, dtype=dtype)
-        sink = None if sinks is None else sinks[idx]
-        k_idx, v_idx = k[idx][keys], v[idx][keys]  # (s, E), (s, Ev)
+            scratch.scores = np.empty(min(n_heads, group) * min(L, rows_per_block) * S, dtype=dtype)
+        sink = None if sinks is None else np.asarray(sinks[idx])[..., None, None]
+        k_idx, v_idx = k[(*idx, keys)], v[(*idx, keys)]  # (g, s, E), (g, s, Ev)
         with np.errstate(invalid="ignore", over="ignore"):  # per thread: errstate is thread-local
-            q_block = q[(*idx, rows)] * scale  # (l, E): scale the queries, not the (l, S) scores
+            q_block = q[(*idx, rows)] * scale  # (g, l, E): scale the queries, not the (l, S) scores
             shift = True
             if limit > 0:
                 if p.softcap is not None:
                     bound = p.softcap  # |c tanh(x / c)| <= c
                 else:
-                    if idx not in k_norms:
-                        k_norms[idx] = np.sqrt(np.einsum("se,se->s", k[idx], k[idx]).max())
-                    bound = np.sqrt(np.einsum("le,le->l", q_block, q_block).max()) * k_norms[idx]
+                    if (outer_idx, h0) not in k_norms:
+                        k_all = k[idx]
+                        k_norms[outer_idx, h0] = np.sqrt(np.einsum("...se,...se->...s", k_all, k_all).max())
+                    bound = np.sqrt(np.einsum("...le,...le->...l", q_block, q_block).max()) * k_norms[outer_idx, h0]
                 shift = not bound <= limit  # NaN compares False: shifted path
             for redo in (False, True):
-                buffer = scratch.scores[: len(q_block) * n_keys].reshape(len(q_block), n_keys)
-                scores = np.matmul(q_block, k_idx.T, out=buffer)  # (l, s)
+                buffer = scratch.scores[: target.size // Ev * n_keys].reshape(*target.shape[:-1], n_keys)
+                scores = np.matmul(q_block, np.swapaxes(k_idx, -1, -2), out=buffer)  # (g, l, s)
                 p.cap(scores)
-                if extra is not False:
-                    scores += extra[idx]
+                for part, term in terms:
+                    scores[..., part] += term[idx]
                 if distances is not None:
-                    scores -= slopes[idx] * distances  # ALiBi: -m_h |p_i - j|
+                    scores -= slopes[idx][..., None, None] * distances  # ALiBi: -m_h |p_i - j|
                 if not redo:
                     softmax_rows_times(scores, v_idx, target, shift=shift, sink=sink)
                     if np.isfinite(target).all():
@@ -290,5 +370,5 @@ def dense_attention(problem) -> np.ndarray:
                     softmax_rows_times(scores, v_small, target, sink=sink)
                     np.ldexp(target, e, out=target)
 
-    run_blocks(block, tasks, n_batch * L * S)
+    run_blocks(block, tasks, work, threads)
     return out.astype(p.out_dtype, copy=False)

@@ -25,6 +25,10 @@ _NARROW_FLOAT_PREFIXES = ("float8_", "float6_", "float4_")
 _NUMPY_FLOAT_TYPES = (np.float16, np.float32, np.float64, np.longdouble)
 
 
+#: Scalar types of the NumPy floats accepted as they are.
+_CHECKED_FLOAT_TYPES = frozenset(dt.type for dt in _FLOAT_DTYPES)
+
+
 def _extension_name(dtype: np.dtype) -> str:
     """``dtype.name``, read only for a dtype that is not one of NumPy's own floats ("" for those: see above)."""
     return "" if dtype.type in _NUMPY_FLOAT_TYPES else dtype.name
@@ -63,6 +67,8 @@ def as_real_array(x, name: str) -> np.ndarray:
     results stay comparable.
     """
     if isinstance(x, np.ndarray):
+        if x.dtype.type in _CHECKED_FLOAT_TYPES:
+            return x  # the common case, decided without the checks below (a tiny call's time counts)
         arr = x
     else:
         try:
@@ -128,6 +134,11 @@ def result_dtype(*arrays: np.ndarray) -> tuple[np.dtype, np.dtype]:
     promotes as in JAX: with itself to bfloat16, with float16 to float32,
     with a wider float to that float.
     """
+    first = getattr(arrays[0], "dtype", None)
+    if first is not None and first.type in _CHECKED_FLOAT_TYPES and all(
+        getattr(a, "dtype", None) == first for a in arrays
+    ):
+        return first, np.dtype(np.float32) if first.itemsize < 4 else first  # one NumPy float: no promotion
     dtypes = [np.dtype(getattr(a, "dtype", a)) for a in arrays]
     wide = [d for d in dtypes if not is_bfloat16(d)]
     if len(wide) == len(dtypes):

@@ -91,6 +91,17 @@ class AttentionProblem:
                 stop = min(self.n_keys, max(0, rows.stop - 1 + self.offset + right + 1))
         return start, max(start, stop)
 
+    def inside_keys(self, rows: slice) -> tuple[int, int]:
+        """Keys ``[start, stop)`` that the window lets every query of ``rows`` see (empty when start >= stop)."""
+        start, stop = 0, self.n_keys
+        if self.window is not None:
+            left, right = self.window
+            if left is not None:
+                start = max(0, rows.stop - 1 + self.offset - left)
+            if right is not None:
+                stop = min(self.n_keys, rows.start + self.offset + right + 1)
+        return start, stop
+
     def inside_window(self, rows: slice, cols: slice) -> bool:
         """Whether the window lets every query ``rows`` see every key ``cols`` (no window mask needed)."""
         if self.window is None:
@@ -170,6 +181,40 @@ def _window_with_causal(window, is_causal):
     return None if left is None and right is None else (left, right)
 
 
+def _batch_shapes(q, k, v, mask, bias, enable_gqa) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """``(heads, batch)``: the batch axes of the scores (what per-head slopes and sinks broadcast to) and of the output.
+
+    Raises a ValueError naming every shape when q, k, `mask`, `bias` and v do not broadcast.
+    """
+    L, S = q.shape[-2], k.shape[-2]
+    named = [("q", (*q.shape[:-2], L, 1)), ("k", (*k.shape[:-2], 1, S))]
+    if mask is not None:
+        named.append(("mask", mask.shape))
+    if bias is not None:
+        named.append(("bias", bias.shape))
+    try:
+        score_shape = np.broadcast_shapes(*(shape for _, shape in named))
+    except ValueError:
+        listing = ", ".join(f"{name} {shape}" for name, shape in named)
+        hint = ""
+        if q.ndim >= 3 and k.ndim >= 3 and q.shape[-3] != k.shape[-3] and not enable_gqa:
+            hint = "; for grouped-query attention pass enable_gqa=True"
+        raise ValueError(
+            f"the score matrix (..., L={L}, S={S}) cannot be formed: batch and mask shapes do not "
+            f"broadcast (L and S axes shown as 1 where they do not apply): {listing}{hint}"
+        ) from None
+    if score_shape[-2:] != (L, S):
+        raise ValueError(
+            f"mask and bias must broadcast to (..., L={L}, S={S}) in their last two axes; "
+            f"they broadcast to {score_shape}"
+        )
+    batch = broadcast_shapes(
+        "the batch axes (all but the last two) of q/k/mask/bias and of v",
+        [("scores", score_shape[:-2]), ("v", v.shape[:-2])],
+    )
+    return score_shape[:-2], batch
+
+
 def prepare_attention(
     q,
     k,
@@ -223,33 +268,14 @@ def prepare_attention(
             k = np.repeat(k, hq // hk, axis=-3)
             v = np.repeat(v, hq // hk, axis=-3)
 
-    named = [("q", (*q.shape[:-2], L, 1)), ("k", (*k.shape[:-2], 1, S))]
     if mask is not None:
         mask = _at_least_2d(as_bool_mask(mask, "mask"))
-        named.append(("mask", mask.shape))
     if bias is not None:
         bias = _at_least_2d(as_real_array(bias, "bias").astype(work_dtype, copy=False))
-        named.append(("bias", bias.shape))
-    try:
-        score_shape = np.broadcast_shapes(*(shape for _, shape in named))
-    except ValueError:
-        listing = ", ".join(f"{name} {shape}" for name, shape in named)
-        hint = ""
-        if q.ndim >= 3 and k.ndim >= 3 and q.shape[-3] != k.shape[-3] and not enable_gqa:
-            hint = "; for grouped-query attention pass enable_gqa=True"
-        raise ValueError(
-            f"the score matrix (..., L={L}, S={S}) cannot be formed: batch and mask shapes do not "
-            f"broadcast (L and S axes shown as 1 where they do not apply): {listing}{hint}"
-        ) from None
-    if score_shape[-2:] != (L, S):
-        raise ValueError(
-            f"mask and bias must broadcast to (..., L={L}, S={S}) in their last two axes; "
-            f"they broadcast to {score_shape}"
-        )
-    batch = broadcast_shapes(
-        "the batch axes (all but the last two) of q/k/mask/bias and of v",
-        [("scores", score_shape[:-2]), ("v", v.shape[:-2])],
-    )
+    if mask is None and bias is None and q.shape[:-2] == k.shape[:-2] == v.shape[:-2]:
+        heads = batch = q.shape[:-2]  # nothing to broadcast (the common call): no shapes to check
+    else:
+        heads, batch = _batch_shapes(q, k, v, mask, bias, enable_gqa)
     out_shape = (*batch, L, v.shape[-1])
 
     if scale is None:
@@ -265,7 +291,6 @@ def prepare_attention(
     if softcap is not None:
         softcap = check_positive_real(softcap, "softcap")
         check_fits_dtype(softcap, "softcap", work_dtype)
-    heads = score_shape[:-2]  # (..., H): what per-head slopes and sinks must broadcast to
     if alibi_slopes is not None:
         alibi_slopes = as_per_head(alibi_slopes, "alibi_slopes", heads, work_dtype)[..., None, None]
     if sinks is not None:

@@ -589,7 +589,8 @@ def multi_head_attention(
     q = split_heads(_project(x, w["w_q"], w["b_q"]), params.n_heads)  # (..., H, L, D)
     k = split_heads(_project(ctx, w["w_k"], w["b_k"]), params.n_kv_heads)  # (..., Hkv, S, D)
     v = split_heads(_project(ctx, w["w_v"], w["b_v"]), params.n_kv_heads)  # (..., Hkv, S, D)
-    heads, weights = scaled_dot_product_attention(
+    # Weights are formed only when asked for: the output alone runs the cache-blocked kernel.
+    result = scaled_dot_product_attention(
         q,
         k,
         v,
@@ -602,8 +603,9 @@ def multi_head_attention(
         alibi_slopes=alibi_slopes,
         sinks=sinks,
         enable_gqa=params.n_kv_heads != params.n_heads,
-        return_weights=True,
+        return_weights=return_weights,
     )
+    heads, weights = result if return_weights else (result, None)
     out = _project(merge_heads(heads), w["w_o"], w["b_o"])  # (..., L, d_model)
     with np.errstate(over="ignore"):  # a float16 result beyond 65504 is inf, without a warning
         out = out.astype(out_dtype, copy=False)

@@ -45,6 +45,7 @@ def machine() -> dict:
         "platform": platform.platform(),
         "python": platform.python_version(),
         "numpy": np.__version__,
+        "load_average": list(os.getloadavg()),  # 1, 5 and 15 minutes, at the start: others' work slows every call
     }
     try:
         from threadpoolctl import threadpool_info
@@ -109,6 +110,176 @@ def bench_kernels(repeats: int) -> list[dict]:
             rows.append(row)
             gc.collect()
     return rows
+
+
+
+#: The shapes an oracle is called with (issue 22): (name, (B, H, L, S, E), options).
+SHAPES = (
+    ("square", (1, 8, 1024, 1024, 64), {}),
+    ("causal", (1, 8, 1024, 1024, 64), {"is_causal": True}),
+    ("decode", (1, 32, 1, 4096, 128), {}),
+    ("boolean mask", (1, 8, 512, 512, 64), {"mask": True}),
+    ("small", (2, 8, 128, 128, 64), {}),
+    ("tiny", (1, 1, 16, 16, 32), {}),
+    ("long causal", (1, 4, 4096, 4096, 64), {"is_causal": True}),
+)
+QUICK_SKIP = ("long causal",)  # --quick leaves out the one shape that takes seconds per call
+#: multi_head_attention at a model-like shape: batch, length, d_model, heads.
+MHA_SHAPE = (4, 256, 512, 8)
+
+
+def _interleaved(cands: dict, repeats: int) -> dict:
+    """Best time (s) of each candidate, every candidate once per round so all see the same load."""
+    best = {name: float("inf") for name in cands}
+    for fn in cands.values():
+        fn()  # warm-up
+    for _ in range(repeats):
+        for name, fn in cands.items():
+            t0 = time.perf_counter()
+            fn()
+            best[name] = min(best[name], time.perf_counter() - t0)
+    return best
+
+
+def _timed_row(cands: dict, repeats: int, **fields) -> dict:
+    """`fields` with each candidate's best time (``<name>_s``) and its ratio to torch's (``<name>_ratio``)."""
+    best = _interleaved(cands, repeats)
+    row = {**fields, **{f"{n}_s": t for n, t in best.items()}}
+    if "torch" in best:
+        row.update({f"{n}_ratio": t / best["torch"] for n, t in best.items() if n != "torch"})
+    return row
+
+
+def _decode_call(q, k, v):
+    """``decode_step`` of the last position on a cache holding the others, the cache rewound after each call."""
+    last_k, last_v = k[..., -1:, :], v[..., -1:, :]
+    cache = ar.KVCache(k[..., :-1, :], v[..., :-1, :])
+    cache.append(last_k, last_v)  # grows the buffers once, so that no timed call copies the cache
+    k_buffer, v_buffer, start, end = cache._state()
+    state = (k_buffer, v_buffer, start, end - 1)  # the cache before the last position, in the grown buffers
+    cache._restore(state)
+
+    def call():
+        out = ar.decode_step(q, last_k, last_v, cache)
+        cache._restore(state)  # drop the appended position: every call attends the same S keys
+        return out
+
+    return call
+
+
+def _gemm_call(q, k, v, rows: int = 512):
+    """The two matrix products of attention alone, in blocks of `rows` queries: a floor no NumPy kernel beats.
+
+    ``q k^T`` into a reused score buffer and that buffer times ``v``, with BLAS on its own threads; no
+    exponential, no normalisation, and every score computed (a causal kernel may skip half).
+    """
+    L, S = q.shape[-2], k.shape[-2]
+    n = min(L, rows)
+    scores = np.empty((*q.shape[:-2], n, S), dtype=q.dtype)
+    out = np.empty((*q.shape[:-2], n, v.shape[-1]), dtype=q.dtype)
+    kt = np.swapaxes(k, -1, -2)
+
+    def call():
+        for r0 in range(0, L, n):
+            m = min(n, L - r0)
+            np.matmul(q[..., r0:r0 + m, :], kt, out=scores[..., :m, :])
+            np.matmul(scores[..., :m, :], v, out=out[..., :m, :])
+
+    return call
+
+
+def _shape_candidates(shape, options, dtype, rng):
+    """The package's calls, PyTorch's and the arrays, for one benchmark shape."""
+    B, H, L, S, E_ = shape
+    q = rng.standard_normal((B, H, L, E_)).astype(dtype)
+    k, v = (rng.standard_normal((B, H, S, E_)).astype(dtype) for _ in range(2))
+    kw = {}
+    if options.get("is_causal"):
+        kw["is_causal"] = True
+    if options.get("mask"):
+        kw["mask"] = rng.random((L, S)) < 0.9  # random keys hidden, as padding or a sparse pattern would
+        kw["mask"][:, 0] = True  # no row fully masked
+    cands = {
+        "sdpa": lambda: ar.scaled_dot_product_attention(q, k, v, **kw),
+        "blockwise": lambda: ar.blockwise_attention(q, k, v, **kw),
+    }
+    if L == 1 and not kw:
+        cands["decode_step"] = _decode_call(q, k, v)
+    torch_call = None
+    try:
+        import torch
+        import torch.nn.functional as F
+    except ImportError:
+        pass
+    else:
+        tq, tk, tv = (torch.from_numpy(a) for a in (q, k, v))
+        tkw = {"is_causal": kw.get("is_causal", False)}
+        if "mask" in kw:
+            tkw["attn_mask"] = torch.from_numpy(kw["mask"])
+        torch_call = lambda: F.scaled_dot_product_attention(tq, tk, tv, **tkw)  # noqa: E731
+        expected = torch_call().numpy()
+        for name, fn in cands.items():
+            got = fn()
+            assert np.allclose(got, expected, rtol=1e-4, atol=1e-5), f"{name} disagrees with torch at {shape}"
+        cands["torch"] = torch_call
+    cands["gemm"] = _gemm_call(q, k, v)
+    return cands
+
+
+def _mha_candidates(dtype, rng):
+    """multi_head_attention and torch.nn.MultiheadAttention with the same weights, self-attention."""
+    batch, L, d_model, heads = MHA_SHAPE
+    params = ar.init_multi_head_params(rng, d_model, heads, dtype=np.dtype(dtype))
+    x = rng.standard_normal((batch, L, d_model)).astype(dtype)
+    cands = {"multi_head_attention": lambda: ar.multi_head_attention(x, params)}
+    try:
+        import torch
+    except ImportError:
+        return cands
+    mha = torch.nn.MultiheadAttention(d_model, heads, batch_first=True, dtype=getattr(torch, dtype))
+    with torch.no_grad():  # ours is x @ w; torch's Linear is x @ weight.T
+        mha.in_proj_weight.copy_(torch.from_numpy(np.concatenate([params.w_q, params.w_k, params.w_v], 1).T))
+        mha.in_proj_bias.copy_(torch.from_numpy(np.concatenate([params.b_q, params.b_k, params.b_v])))
+        mha.out_proj.weight.copy_(torch.from_numpy(np.ascontiguousarray(params.w_o.T)))
+        mha.out_proj.bias.copy_(torch.from_numpy(params.b_o))
+    mha.eval()
+    tx = torch.from_numpy(x)
+
+    def torch_call():
+        with torch.inference_mode():
+            return mha(tx, tx, tx, need_weights=False)[0]
+
+    assert np.allclose(cands["multi_head_attention"](), torch_call().numpy(), rtol=1e-4, atol=1e-5)
+    cands["torch"] = torch_call
+    return cands
+
+
+def bench_shapes(repeats: int, quick: bool = False) -> list[dict]:
+    """Every shape of SHAPES (and multi-head attention) in both dtypes: times and ratios against torch."""
+    rows = []
+    rng = np.random.default_rng(3)
+    cases = [(name, shape, opts) for name, shape, opts in SHAPES if not (quick and name in QUICK_SKIP)]
+    cases.append(("multi-head", (MHA_SHAPE[0], MHA_SHAPE[3], MHA_SHAPE[1], MHA_SHAPE[1],
+                                 MHA_SHAPE[2] // MHA_SHAPE[3]), {"mha": True}))
+    for dtype in DTYPES:
+        for name, shape, opts in cases:
+            cands = _mha_candidates(dtype, rng) if opts.get("mha") else _shape_candidates(shape, opts, dtype, rng)
+            rows.append(_timed_row(cands, repeats, case=name, shape=list(shape), dtype=dtype))
+            del cands
+            gc.collect()
+    return rows
+
+
+def fmt_shapes(rows: list[dict]) -> str:
+    """The shape benchmark as a fixed-width table: ours/torch per function, torch's time."""
+    impls = ("sdpa", "blockwise", "decode_step", "multi_head_attention", "gemm")
+    head = f"{'case':13} {'dtype':8} {'torch ms':>9} " + " ".join(f"{i[:11]:>11}" for i in impls)
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        t = r.get("torch_s")
+        cells = [f"{r[i + '_ratio']:>10.2f}x" if i + "_ratio" in r else f"{'-':>11}" for i in impls]
+        lines.append(f"{r['case']:13} {r['dtype']:8} " + (f"{1e3 * t:>9.3f} " if t else f"{'-':>9} ") + " ".join(cells))
+    return "\n".join(lines)
 
 
 WINDOW = (4096, 0)
@@ -176,6 +347,83 @@ def bench_window(n: int, window: tuple[int, int] = WINDOW) -> dict:
     }
 
 
+#: The tiled backward's block size in the benchmark (its time and its traced peak at --memory-n).
+BACKWARD_BLOCK = 512
+
+
+def _backward_candidates(q, k, v, dout, is_causal):
+    """attention_backward dense and tiled (given the forward's out and lse) and PyTorch autograd's SDPA backward."""
+    out, lse = ar.blockwise_attention(q, k, v, is_causal=is_causal, return_lse=True)
+    cands = {
+        "dense": lambda: ar.attention_backward(q, k, v, dout, is_causal=is_causal, out=out, lse=lse),
+        "tiled": lambda: ar.attention_backward(q, k, v, dout, is_causal=is_causal, out=out, lse=lse,
+                                               block_size=BACKWARD_BLOCK),
+    }
+    try:
+        import torch
+        import torch.nn.functional as F
+    except ImportError:
+        return cands
+    tq, tk, tv = (torch.from_numpy(a).requires_grad_() for a in (q, k, v))
+    t_out = F.scaled_dot_product_attention(tq, tk, tv, is_causal=is_causal)  # the forward, once, outside the timing
+    t_dout = torch.from_numpy(dout)
+
+    def torch_call():
+        return torch.autograd.grad(t_out, (tq, tk, tv), t_dout, retain_graph=True)
+
+    expected = torch_call()
+    for name, fn in cands.items():
+        got = fn()
+        for mine, theirs in zip(got[:3], expected, strict=True):
+            assert np.allclose(mine, theirs.numpy(), rtol=1e-3, atol=1e-4), f"backward {name} disagrees with torch"
+    cands["torch"] = torch_call
+    return cands
+
+
+def bench_backward(repeats: int, lengths=LENGTHS) -> list[dict]:
+    """The backward pass at (1, 8, L, 64), L = S, causal and not, float32 and float64: times and ratios to torch."""
+    rows = []
+    rng = np.random.default_rng(4)
+    for dtype in DTYPES:
+        for L in lengths:
+            for is_causal in (False, True):
+                q, k, v, dout = (rng.standard_normal((*SHAPE_BH, L, E)).astype(dtype) for _ in range(4))
+                cands = _backward_candidates(q, k, v, dout, is_causal)
+                rows.append(_timed_row(cands, repeats, dtype=dtype, L=L, is_causal=is_causal))
+                del cands
+                gc.collect()
+    return rows
+
+
+def bench_backward_memory(n: int, block_size: int = BACKWARD_BLOCK) -> dict:
+    """Peak traced memory growth of the tiled causal backward at L = S = n, E = 64, float64, one head."""
+    rng = np.random.default_rng(5)
+    q, k, v, dout = (rng.standard_normal((n, E)) for _ in range(4))
+    out, lse = ar.blockwise_attention(q, k, v, is_causal=True, return_lse=True)
+    grads, seconds, peak = _traced(
+        lambda: ar.attention_backward(q, k, v, dout, is_causal=True, out=out, lse=lse, block_size=block_size))
+    assert all(np.isfinite(g).all() for g in grads[:3])
+    return {
+        "n": n,
+        "block_size": block_size,
+        "peak_growth_MiB": peak / 2**20,
+        "gradients_MiB": sum(g.nbytes for g in grads[:3]) / 2**20,
+        "dense_scores_MiB": n * n * 8 / 2**20,
+        "seconds": seconds,
+    }
+
+
+def fmt_backward(rows: list[dict]) -> str:
+    """The backward benchmark as a fixed-width table."""
+    head = f"{'dtype':8} {'L':>5} {'causal':>6} {'torch ms':>9} {'dense/torch':>11} {'tiled/torch':>11}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        t = r.get("torch_s")
+        lines.append(f"{r['dtype']:8} {r['L']:>5} {r['is_causal']!s:>6} " + (
+            f"{1e3 * t:>9.1f} {r['dense_ratio']:>11.2f} {r['tiled_ratio']:>11.2f}" if t else f"{'-':>9}"))
+    return "\n".join(lines)
+
+
 def bench_import(repeats: int = 7) -> dict:
     """Best wall time of a fresh interpreter importing attention_ref, minus a bare interpreter."""
 
@@ -209,6 +457,15 @@ def fmt_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def fmt_backward_memory(r: dict) -> str:
+    """The tiled backward's memory run as one line."""
+    return (
+        f"tiled backward causal L=S={r['n']} E={E} float64 block {r['block_size']}: peak growth "
+        f"{r['peak_growth_MiB']:.1f} MiB (gradients {r['gradients_MiB']:.1f} MiB; dense scores would need "
+        f"{r['dense_scores_MiB']:.0f} MiB), {r['seconds']:.1f} s"
+    )
+
+
 def fmt_window(r: dict) -> str:
     """The windowed run against the full one, as two lines."""
     return (
@@ -230,7 +487,47 @@ def main(argv=None) -> int:
         "--only-window", action="store_true",
         help="run only the windowed case and merge it (as window_run) into the existing --write file",
     )
+    parser.add_argument(
+        "--only-shapes", action="store_true",
+        help="run only the oracle shapes (best of --shape-repeats) and merge them (as shapes) into the --write file",
+    )
+    parser.add_argument("--shape-repeats", type=int, default=7)
+    parser.add_argument("--backward-lengths", type=int, nargs="+", default=list(LENGTHS),
+                        help="L = S of the backward runs (default: the forward benchmark's)")
+    parser.add_argument(
+        "--only-backward", action="store_true",
+        help="run only the backward pass (times and the tiled memory peak) and merge it into the --write file",
+    )
+    parser.add_argument(
+        "--quick", action="store_true",
+        help="only the oracle shapes, without the long causal one, best of 3: under a minute; writes nothing",
+    )
     args = parser.parse_args(argv)
+
+    if args.quick:
+        print(fmt_shapes(bench_shapes(3, quick=True)))
+        return 0
+    if args.only_backward:
+        backward = bench_backward(args.shape_repeats, args.backward_lengths)
+        print(fmt_backward(backward))
+        backward_memory = bench_backward_memory(args.memory_n)
+        print(fmt_backward_memory(backward_memory))
+        if args.write:
+            result = json.loads(args.write.read_text()) if args.write.exists() else {}
+            result.update(backward=backward, backward_memory=backward_memory)
+            args.write.write_text(json.dumps(result, indent=2) + "\n")
+            print(f"merged backward into {args.write}")
+        return 0
+    if args.only_shapes:
+        shapes = bench_shapes(args.shape_repeats)
+        print(fmt_shapes(shapes))
+        if args.write:
+            result = json.loads(args.write.read_text()) if args.write.exists() else {}
+            result["shapes"] = shapes
+            result["shapes_machine"] = machine()
+            args.write.write_text(json.dumps(result, indent=2) + "\n")
+            print(f"merged shapes into {args.write}")
+        return 0
 
     if args.only_window:
         only = bench_window(args.window_n)
@@ -246,6 +543,12 @@ def main(argv=None) -> int:
     print("machine:", json.dumps(info, indent=1))
     rows = bench_kernels(args.repeats)
     print(fmt_table(rows))
+    shapes = bench_shapes(args.shape_repeats)
+    print(fmt_shapes(shapes))
+    backward = bench_backward(args.shape_repeats, args.backward_lengths)
+    print(fmt_backward(backward))
+    backward_memory = bench_backward_memory(args.memory_n)
+    print(fmt_backward_memory(backward_memory))
     memory = bench_memory(args.memory_n, None)
     print(
         f"blockwise causal L=S={memory['n']} E={E} float64: peak growth {memory['peak_growth_MiB']:.1f} MiB "
@@ -271,6 +574,9 @@ def main(argv=None) -> int:
             "machine": info,
             "shape": {"batch": SHAPE_BH[0], "heads": SHAPE_BH[1], "E": E},
             "kernels": rows,
+            "shapes": shapes,
+            "backward": backward,
+            "backward_memory": backward_memory,
             "memory": memory,
             "long_run": long,
             "window_run": window_run,

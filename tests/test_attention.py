@@ -610,7 +610,7 @@ def test_an_error_in_one_block_is_raised_and_stops_the_others(monkeypatch):
         time.sleep(0.005)
 
     with pytest.raises(RuntimeError, match="block 2 failed"):
-        run_blocks(block, range(100), n_scores=1 << 30)
+        run_blocks(block, range(100), work=1 << 30)
     count = len(started)
     time.sleep(0.05)
     assert len(started) == count < 10
@@ -928,3 +928,35 @@ def test_option_beyond_float32_range_is_a_value_error(name, value):
             scaled_dot_product_attention(q, q, q, **{name: value})
         # float64 input works in float64, where the value fits.
         assert np.isfinite(scaled_dot_product_attention(q.astype(np.float64), q, q, **{name: value})).all()
+
+
+def test_a_call_does_not_ask_the_os_for_the_core_count(monkeypatch, rng):
+    # os.cpu_count() cost ~0.1 ms a call on the benchmark machine, four times per call: it is read once per process.
+    import os
+
+    from attention_ref import _kernel
+
+    _kernel._cpu_count()  # read it now, as the first call of a process does
+    monkeypatch.delenv("ATTENTION_REF_NUM_THREADS", raising=False)
+
+    def refuse():
+        raise AssertionError("os.cpu_count() called during an attention call")
+
+    monkeypatch.setattr(os, "cpu_count", refuse)
+    q = rng.standard_normal((2, 3, 40, 8))
+    for is_causal in (False, True):
+        out = scaled_dot_product_attention(q, q, q, is_causal=is_causal)
+        np.testing.assert_allclose(out, blockwise_attention(q, q, q, is_causal=is_causal), rtol=1e-12, atol=1e-13)
+
+
+@pytest.mark.parametrize("window", [(None, 0), (5, 0), (3, 2), (None, 4), (0, 0)])
+def test_banded_blocks_add_the_mask_on_the_band_edges_only(monkeypatch, rng, window):
+    # Several query blocks (ATTENTION_REF_NUM_THREADS=2 and L=300 give 64-row blocks): keys inside the window for
+    # every query of a block get no additive term, the edges get it. The result equals the explicit mask.
+    from attention_ref import sliding_window_mask
+
+    monkeypatch.setenv("ATTENTION_REF_NUM_THREADS", "2")
+    q, k, v = rng.standard_normal((3, 2, 300, 8))
+    allowed = sliding_window_mask(300, 300, window=window)
+    got = scaled_dot_product_attention(q, k, v, window=window)
+    np.testing.assert_allclose(got, scaled_dot_product_attention(q, k, v, mask=allowed), rtol=1e-12, atol=1e-13)

@@ -414,3 +414,20 @@ def test_mha_alibi_slopes_equal_alibi_bias(rng):
         rtol=0,
         atol=1e-14,
     )
+
+
+def test_weights_are_formed_only_when_asked_for(monkeypatch, rng):
+    # multi_head_attention once always asked scaled_dot_product_attention for the weights, an (..., L, S) softmax
+    # beside the blocked kernel's output; now only return_weights=True forms them.
+    from attention_ref import attention
+
+    params = init_multi_head_params(rng, 16, 4)
+    x = rng.standard_normal((2, 10, 16))
+    expected, weights = multi_head_attention(x, params, is_causal=True, return_weights=True)
+
+    def refuse(p):
+        raise AssertionError("weights formed although return_weights=False")
+
+    monkeypatch.setattr(attention, "_weights", refuse)
+    np.testing.assert_allclose(multi_head_attention(x, params, is_causal=True), expected, rtol=1e-12, atol=1e-14)
+    assert weights.shape == (2, 4, 10, 10)
