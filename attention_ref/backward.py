@@ -8,7 +8,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._validation import as_real_array, check_generator, check_real, check_shape
+from ._validation import as_real_array, check_generator, check_real, check_shape, result_dtype
 from .attention import AttentionProblem, prepare_attention
 from .blockwise import _block_sizes, _safe_max, blockwise_attention
 from .softmax import logsumexp
@@ -294,8 +294,9 @@ def attention_backward(
     -------
     AttentionGrads
         The named tuple ``(dq, dk, dv, dbias, dsinks)``: `dq`, `dk`, `dv`
-        with the shapes and dtypes of `q`, `k` and `v` (computed in at least
-        float32); `dbias` with the shape and dtype of `bias`, summed over the
+        with the shapes and dtypes of `q`, `k` and `v` (computed in float64
+        for float16 and bfloat16 input, else in the input's float, and
+        rounded once); `dbias` with the shape and dtype of `bias`, summed over the
         axes it was broadcast along, or None; `dsinks` with the shape and
         dtype of `sinks`, or None.
 
@@ -419,6 +420,12 @@ def attention_backward(
         "sinks": sinks,
         "enable_gqa": enable_gqa,
     }  # the forward's options other than dropout, for prepare_attention and blockwise_attention alike
+    # float16 and bfloat16 are worked in float64: the weights recomputed from lse carry a float32 error of about
+    # eps32 * |lse|, which dP - D turns into a large relative error where a row's weight is nearly one (a key
+    # beside a far lower sink). Each gradient still comes back in its argument's dtype.
+    given = (q, k, v)
+    if result_dtype(*(as_real_array(a, name) for a, name in zip(given, "qkv", strict=True)))[0].itemsize < 4:
+        q, k, v = (as_real_array(a, name).astype(np.float64) for a, name in zip(given, "qkv", strict=True))
     p = prepare_attention(q, k, v, **options)
     dropout_p = check_real(dropout_p, "dropout_p", minimum=0.0, below=1.0)
     if dropout_p > 0:
@@ -455,7 +462,7 @@ def attention_backward(
             sink_weight = np.exp(p.sinks[..., None] - lse)  # (..., L): each row's weight on its sink
             dsinks = -np.sum(sink_weight * delta, axis=-1)  # (..., H) over the full batch
 
-    return finish_grads(p, q, k, v, options, dq, dk, dv, dbias, dsinks)
+    return finish_grads(p, *given, options, dq, dk, dv, dbias, dsinks)
 
 
 def finish_grads(p: AttentionProblem, q, k, v, options: dict, dq, dk, dv, dbias, dsinks, dtype=None) -> AttentionGrads:
