@@ -167,7 +167,11 @@ def _decode_call(q, k, v):
     return call
 
 
-def _gemm_call(q, k, v, rows: int = 512):
+#: Queries per block of the products-alone timing (the shapes' last column).
+GEMM_ROWS = 512
+
+
+def _gemm_call(q, k, v, rows: int = GEMM_ROWS):
     """The two matrix products of attention alone, in blocks of `rows` queries: a floor no NumPy kernel beats.
 
     ``q k^T`` into a reused score buffer and that buffer times ``v``, with BLAS on its own threads; no
@@ -380,6 +384,11 @@ def _backward_candidates(q, k, v, dout, is_causal):
     return cands
 
 
+def shape_settings(args) -> dict:
+    """How the shapes and backward rows were timed, for the Performance page to quote."""
+    return {"repeats": args.shape_repeats, "gemm_block_rows": GEMM_ROWS}
+
+
 def bench_backward(repeats: int, lengths=LENGTHS) -> list[dict]:
     """The backward pass at (1, 8, L, 64), L = S, causal and not, float32 and float64: times and ratios to torch."""
     rows = []
@@ -514,7 +523,7 @@ def main(argv=None) -> int:
         print(fmt_backward_memory(backward_memory))
         if args.write:
             result = json.loads(args.write.read_text()) if args.write.exists() else {}
-            result.update(backward=backward, backward_memory=backward_memory)
+            result.update(backward=backward, backward_memory=backward_memory, backward_settings=shape_settings(args))
             args.write.write_text(json.dumps(result, indent=2) + "\n")
             print(f"merged backward into {args.write}")
         return 0
@@ -525,6 +534,7 @@ def main(argv=None) -> int:
             result = json.loads(args.write.read_text()) if args.write.exists() else {}
             result["shapes"] = shapes
             result["shapes_machine"] = machine()
+            result["shapes_settings"] = shape_settings(args)
             args.write.write_text(json.dumps(result, indent=2) + "\n")
             print(f"merged shapes into {args.write}")
         return 0
@@ -575,6 +585,8 @@ def main(argv=None) -> int:
             "shape": {"batch": SHAPE_BH[0], "heads": SHAPE_BH[1], "E": E},
             "kernels": rows,
             "shapes": shapes,
+            "shapes_settings": shape_settings(args),
+            "backward_settings": shape_settings(args),
             "backward": backward,
             "backward_memory": backward_memory,
             "memory": memory,
