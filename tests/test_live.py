@@ -93,7 +93,13 @@ def _run(cell, timeout=60_000):
     button = cell.get_by_role("button", name="Run", exact=True)
     if not button.is_visible():  # a folded cell (hide-input, hide-cell): unfold it as a reader would
         cell.locator("xpath=ancestor::details[1]/summary").click()
+    before = cell.get_attribute("data-state")
     button.click()
+    try:  # the click starts the cell (queued, running, done or failed) at once
+        cell.page.wait_for_function("([c, s]) => c.dataset.state !== s || s === 'done'",
+                                    arg=[cell.element_handle(), before], timeout=10_000)
+    except Exception:  # seen once in CI: a click that did not reach the button; a reader clicks again
+        button.click()
     try:
         cell.page.wait_for_function("c => c.dataset.state === 'done' || c.dataset.state === 'failed'",
                                     arg=cell.element_handle(), timeout=timeout)
