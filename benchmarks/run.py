@@ -384,6 +384,14 @@ def _backward_candidates(q, k, v, dout, is_causal):
     return cands
 
 
+def merge_record(path, what: str, **parts) -> None:
+    """Write `parts` into the JSON record at `path` (made if missing), keeping its other entries."""
+    result = json.loads(path.read_text()) if path.exists() else {}
+    result.update(parts)
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"merged {what} into {path}")
+
+
 def shape_settings(args) -> dict:
     """How the shapes and backward rows were timed, for the Performance page to quote."""
     return {"repeats": args.shape_repeats, "gemm_block_rows": GEMM_ROWS}
@@ -522,31 +530,22 @@ def main(argv=None) -> int:
         backward_memory = bench_backward_memory(args.memory_n)
         print(fmt_backward_memory(backward_memory))
         if args.write:
-            result = json.loads(args.write.read_text()) if args.write.exists() else {}
-            result.update(backward=backward, backward_memory=backward_memory, backward_settings=shape_settings(args))
-            args.write.write_text(json.dumps(result, indent=2) + "\n")
-            print(f"merged backward into {args.write}")
+            merge_record(args.write, "backward", backward=backward, backward_memory=backward_memory,
+                         backward_settings=shape_settings(args))
         return 0
     if args.only_shapes:
         shapes = bench_shapes(args.shape_repeats)
         print(fmt_shapes(shapes))
         if args.write:
-            result = json.loads(args.write.read_text()) if args.write.exists() else {}
-            result["shapes"] = shapes
-            result["shapes_machine"] = machine()
-            result["shapes_settings"] = shape_settings(args)
-            args.write.write_text(json.dumps(result, indent=2) + "\n")
-            print(f"merged shapes into {args.write}")
+            merge_record(args.write, "shapes", shapes=shapes, shapes_machine=machine(),
+                         shapes_settings=shape_settings(args))
         return 0
 
     if args.only_window:
         only = bench_window(args.window_n)
         print(fmt_window(only))
         if args.write:
-            result = json.loads(args.write.read_text()) if args.write.exists() else {}
-            result["window_run"] = only
-            args.write.write_text(json.dumps(result, indent=2) + "\n")
-            print(f"merged window_run into {args.write}")
+            merge_record(args.write, "window_run", window_run=only)
         return 0
 
     info = machine()
