@@ -44,7 +44,7 @@ __all__ = ["ENVIRONMENT_VARIABLE", "FrameworkRecord"]
 #: Names a file for a live run to write its page's section to.
 ENVIRONMENT_VARIABLE = "FRAMEWORKS_RECORD"
 #: How the notes name each framework (by its import name).
-DISPLAY_NAMES = {"torch": "PyTorch", "jax": "JAX"}
+DISPLAY_NAMES = {"torch": "PyTorch", "jax": "JAX", "transformers": "Hugging Face transformers"}
 
 
 def _installed(name: str) -> bool:

@@ -9,7 +9,7 @@ word, and every number within a factor of ten of the recorded one (rounding diff
 builds; a changed convention moves a difference by many orders of magnitude). It also runs each page with the
 frameworks hidden, as under ``make docs``, and checks it prints what the live run printed.
 
-Without torch or jax the live checks skip locally and fail in CI (``require``). The pages also import
+Without torch, jax or transformers the live checks skip locally and fail in CI (``require``). The pages also import
 ``IPython.display`` and ``myst_nb`` (the book's display layer, in the ``docs`` extra, not the ``test`` one): where
 they are missing the script runs with stand-ins that print what the page would display (see ``STAND_INS``). To
 renew the record after a deliberate change, run ``python tests/test_frameworks_record.py`` (every page's live run
@@ -81,7 +81,7 @@ if importlib.util.find_spec("myst_nb") is None:
 def run_page(page, target=None, *, hide_frameworks=False, hide=()):
     """Run the page's code in a fresh interpreter, in its folder as the book does; return what it printed.
 
-    With `target`, the live run records its section there. With `hide_frameworks`, torch and jax look
+    With `target`, the live run records its section there. With `hide_frameworks`, torch, jax and transformers look
     uninstalled (``find_spec`` returns None for a module set to None in ``sys.modules``), as under ``make docs``;
     the modules named in `hide` look uninstalled in the same way.
     """
@@ -89,7 +89,7 @@ def run_page(page, target=None, *, hide_frameworks=False, hide=()):
     env.pop("FRAMEWORKS_RECORD", None)
     if target is not None:
         env["FRAMEWORKS_RECORD"] = str(target)
-    hidden = [*hide, *(("torch", "jax") if hide_frameworks else ())]
+    hidden = [*hide, *(("torch", "jax", "transformers") if hide_frameworks else ())]
     prelude = "import sys\n" + "".join(f"sys.modules[{name!r}] = None\n" for name in hidden) + STAND_INS
     result = subprocess.run(
         [sys.executable, "-c", prelude + page_code(page.read_text(encoding="utf-8"))],
@@ -131,6 +131,7 @@ def live_runs(tmp_path_factory):
     """{section: (what the page printed, the section it recorded)} from a live run of every page."""
     require("torch")
     require("jax")
+    require("transformers")
     runs = {}
     for section, page in PAGES.items():
         target = tmp_path_factory.mktemp("record") / "record.json"
@@ -140,7 +141,7 @@ def live_runs(tmp_path_factory):
 
 
 def test_the_pages_that_read_the_record_are_found():
-    assert {"frameworks", "03_softmax", "11_checking_your_implementation"} <= PAGES.keys(), PAGES
+    assert {"frameworks", "frameworks_huggingface", "03_softmax", "11_checking_your_implementation"} <= PAGES.keys()
     assert PAGES.keys() == json.loads(RECORD.read_text(encoding="utf-8")).keys(), "a section without its page"
     for page in PAGES.values():
         code = page_code(page.read_text(encoding="utf-8"))
