@@ -22,11 +22,18 @@ The conventions, each asserted below:
   ``window=(W - 1, 0)`` here (``sliding_window_mask(..., window=W)``), not ``(W, 0)``.
 - A 2-D ``attention_mask`` (1 = real token) gives the 4-D mask ``causal & attention_mask[b, j]``: our
   ``causal_mask`` and ``padding_mask``.
-- Rows with no allowed key (the padded query positions of a left-padded batch) are NOT equal by design: the eager
-  path adds ``finfo.min`` to every score, so the row's weights are uniform, ``1/S`` each, and its output is the
-  mean of all the values; transformers' SDPA path passes the boolean mask to PyTorch's SDPA, which gives zeros
-  (PyTorch 2.13), as attention_ref does; gpt-oss's eager path puts the whole row's weight on the sink and gives
-  zeros too. Every row that has an allowed key agrees to rounding on every path.
+- The eager path (Llama, Mistral, Gemma 2) computes its softmax in float32 whatever the input dtype
+  (``softmax(..., dtype=torch.float32).to(query.dtype)``): in float64 it agrees with us only to float32 rounding,
+  about 1e-7, compared with ``EAGER_TOL`` and kept in groups of their own, "(float32 softmax)". transformers'
+  SDPA path and gpt-oss's eager path (its softmax with the sink runs in the input dtype) agree to float64
+  rounding.
+- Rows with no allowed key (the padded query positions of a left-padded batch, or of a right-padded one whose
+  window holds only padding) are NOT equal by design, and differ between transformers' own paths: the eager path
+  adds ``finfo(dtype).min`` to every score of the row, so in float32 its weights are uniform, ``1/S`` each, and
+  its output is the mean of all the values, while in float64 the float32 softmax turns float64's ``finfo.min``
+  into ``-inf`` and the row is NaN; the SDPA path passes the boolean mask to PyTorch's SDPA, which gives zeros
+  (PyTorch 2.13), as attention_ref does; gpt-oss's eager path puts the row's whole weight on the sink and gives
+  zeros too. Every row that has an allowed key agrees on every path.
 - The soft cap acts on the scaled scores before the mask: ``softcap=``; sinks are one logit per query head
   appended to every row's softmax and dropped: ``sinks=``.
 - RoPE pairs feature ``i`` with ``i + D/2`` (``rotate_half``): ``apply_rope(..., interleaved=False)``.
@@ -90,9 +97,9 @@ def attention_module(hf, name, cfg, seed=0):
            "gpt_oss": "GptOssAttention"}[name]
     module = getattr(modeling, cls)(cfg, layer_idx=0).to(torch.float64).eval()
     gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
+    with torch.no_grad():  # weights scaled by 1/sqrt(fan-in): outputs of size about one, deviations comparable
         for p in module.parameters():
-            p.copy_(torch.randn(p.shape, generator=gen, dtype=p.dtype) * 0.5)
+            p.copy_(torch.randn(p.shape, generator=gen, dtype=p.dtype) / (p.shape[-1] ** 0.5 if p.ndim == 2 else 1))
     return module, modeling
 
 
