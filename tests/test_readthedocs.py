@@ -71,9 +71,10 @@ def test_config_builds_like_make_docs(config):
     (install,) = config["python"]["install"]
     assert install["method"] == "pip" and install["path"] == "."
     extras = pyproject["project"]["optional-dependencies"]
-    # The docs extra and nothing else: the hosted book is built without PyTorch and JAX, as the last test does.
+    # The docs extra and nothing else: the hosted book is built without PyTorch, JAX and transformers, as the last
+    # test does.
     assert install["extra_requirements"] == ["docs"]
-    assert not {"torch", "jax", "jaxlib"} & {re.split(r"[\[<>=!~ ;]", req)[0] for req in extras["docs"]}
+    assert not {"torch", "jax", "jaxlib", "transformers"} & {re.split(r"[\[<>=!~ ;]", req)[0] for req in extras["docs"]}
     # Read the Docs' Python satisfies requires-python.
     minimum = pyproject["project"]["requires-python"].removeprefix(">=")
     assert tuple(map(int, config["build"]["tools"]["python"].split("."))) >= tuple(map(int, minimum.split(".")))
