@@ -438,8 +438,9 @@ def test_apply_rotary_pos_emb_is_rotate_half(hf, record_deviation, name):
 
 
 @pytest.mark.parametrize("theta", [10000.0, 500000.0])
-def test_rotary_embedding_computes_its_angles_in_float32(hf, record_deviation, theta):
-    """cos and sin of LlamaRotaryEmbedding for a float64 model: float64 values of float32 angles."""
+def test_rotary_embedding_computes_its_angles_in_float32(hf, theta):
+    """cos and sin of LlamaRotaryEmbedding for a float64 model: float64 values of float32 angles. (A property of
+    transformers, not a comparison of ours: not recorded among the deviations.)"""
     import torch
 
     cfg = config(hf, "llama", rope_parameters={"rope_type": "default", "rope_theta": theta})
@@ -448,9 +449,8 @@ def test_rotary_embedding_computes_its_angles_in_float32(hf, record_deviation, t
     cos, sin = rotary(torch.zeros(1, dtype=torch.float64), torch.from_numpy(positions))
     assert cos.dtype == torch.float64
     cos64, sin64 = float64_angles(positions, HEAD_DIM, theta)
-    deviation = compare(record_deviation, "transformers rotary embedding (float32 angles)",
-                        np.concatenate([cos64, sin64]), np.concatenate([cos.numpy(), sin.numpy()]), tol=1e-4)
-    assert deviation > 1e-9  # not float64 angles: the float32 rounding shows
+    deviation = np.max(np.abs(np.concatenate([cos64, sin64]) - np.concatenate([cos.numpy(), sin.numpy()])))
+    assert 1e-9 < deviation < 1e-4  # not float64 angles: float32 rounding of angles up to 1000 radians
 
 
 # ---------------------------------------------------------------------------------------------------------------
