@@ -133,7 +133,7 @@ PART_I_BEFORE = [(1561, 12), (1182, 15), (1073, 13), (1278, 18), (1575, 14), (12
     [
         (PART_I_BEFORE, "100.3 minutes"),
         ([(200, 4)], "2.0 minutes"),  # a Part I of one short page
-        ([(1601, 0)] + PART_I_BEFORE[1:], "1601 words"),  # one page over the word limit
+        ([(1601, 0), *PART_I_BEFORE[1:]], "1601 words"),  # one page over the word limit
     ],
 )
 def test_the_budget_check_can_fail(rt, pages, problem):
