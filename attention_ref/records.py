@@ -35,6 +35,7 @@ import importlib.metadata
 import importlib.util
 import json
 import os
+import re
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,19 @@ def _installed(name: str) -> bool:
     return importlib.util.find_spec(name) is not None
 
 
+def _release(version: str) -> tuple[int, ...]:
+    """The release numbers of a version string: ``'2.13.0+cpu'`` -> ``(2, 13, 0)``, ``'5.0.0rc1'`` -> ``(5, 0, 0)``."""
+    match = re.match(r"\d+(?:\.\d+)*", version)
+    if match is None:
+        raise ValueError(f"a version must start with its release numbers, like '5.23' or '2.13.0+cpu'; got {version!r}")
+    return tuple(int(part) for part in match.group().split("."))
+
+
+def _recent_enough(name: str, minimum: str | None) -> bool:
+    """Whether the installed distribution `name` is at least version `minimum` (any version when None)."""
+    return minimum is None or _release(importlib.metadata.version(name)) >= _release(minimum)
+
+
 class FrameworkRecord:
     """One page's framework results: run live if every framework in `needs` is installed, else recorded.
 
@@ -63,23 +77,33 @@ class FrameworkRecord:
         The record's content (the parsed JSON file): ``{page: {"versions": ..., "cases": ...}}``.
     needs : iterable of str
         Import names of the frameworks the page's comparisons use, e.g. ``("torch", "jax")``.
+    at_least : mapping of str to str, optional
+        Oldest version of a framework in `needs` that the page's code runs with, e.g.
+        ``{"transformers": "5.23"}``: an older installed one counts as missing (the page reads the record), as
+        where a downloaded notebook runs with whatever version is installed. Release numbers are compared.
 
     Attributes
     ----------
     live : bool
-        True when every framework in `needs` can be imported.
+        True when every framework in `needs` can be imported, at the versions `at_least` asks for.
     versions : dict
         The frameworks' versions (and NumPy's and the package's): installed ones when live, recorded ones otherwise.
     measured : dict
         The results of each case taken so far, by case name.
     """
 
-    def __init__(self, page: str, recorded: Mapping[str, Any], needs: Iterable[str]):
+    def __init__(self, page: str, recorded: Mapping[str, Any], needs: Iterable[str],
+                 at_least: Mapping[str, str] | None = None):
         self.page = page
         self.needs = tuple(needs)
         if not self.needs:
             raise ValueError("needs must name at least one framework, got none")
-        self.live = all(_installed(name) for name in self.needs)
+        at_least = dict(at_least or {})
+        if not at_least.keys() <= set(self.needs):
+            raise ValueError(f"at_least names frameworks outside needs {list(self.needs)}: {sorted(at_least)}")
+        for minimum in at_least.values():
+            _release(minimum)
+        self.live = all(_installed(name) and _recent_enough(name, at_least.get(name)) for name in self.needs)
         self.measured: dict[str, Any] = {}
         if self.live:
             self._cases: Mapping[str, Any] = {}

@@ -31,6 +31,33 @@ def test_installed_framework_runs_live_and_names_its_version():
     assert record.note() == f"ran live in this build of the book, with numpy {np.__version__}"
 
 
+def test_an_installed_framework_older_than_at_least_means_recorded():
+    import numpy as np
+
+    recorded = {"page": {"versions": {"numpy": "999.0"}, "cases": {"sum": {"total": 3.0}}}}
+    too_old = FrameworkRecord("page", recorded, needs=("numpy",), at_least={"numpy": "999"})
+    assert not too_old.live and too_old.take("sum", dict) == {"total": 3.0}
+    recent = FrameworkRecord("page", recorded, needs=("numpy",), at_least={"numpy": np.__version__})
+    assert recent.live and recent.versions["numpy"] == np.__version__
+    assert FrameworkRecord("page", recorded, needs=("numpy",), at_least={"numpy": "1.0"}).live
+
+
+def test_at_least_is_checked():
+    with pytest.raises(ValueError, match=r"at_least names frameworks outside needs \['numpy'\]: \['torch'\]"):
+        FrameworkRecord("page", {}, needs=("numpy",), at_least={"torch": "2.0"})
+    with pytest.raises(ValueError, match=r"must start with its release numbers.*got 'latest'"):
+        FrameworkRecord("page", {}, needs=("numpy",), at_least={"numpy": "latest"})
+
+
+@pytest.mark.parametrize(("version", "release"), [("2.13.0+cpu", (2, 13, 0)), ("5.23", (5, 23)),
+                                                  ("5.0.0rc1", (5, 0, 0)), ("0.10.2", (0, 10, 2))])
+def test_release_numbers(version, release):
+    from attention_ref.records import _release
+
+    assert _release(version) == release
+    assert _release("5.9") < _release("5.23")  # compared as numbers, not text
+
+
 def test_one_missing_framework_of_two_means_recorded():
     recorded = {"page": {"versions": {"numpy": "2.0", MISSING: "1.0"}, "cases": {}}}
     record = FrameworkRecord("page", recorded, needs=("numpy", MISSING))
