@@ -349,10 +349,10 @@ def _attend(c: _Call, idx: tuple, rows: slice, extras, scratch: np.ndarray, key_
                 np.ldexp(target, e, out=target)
 
 
-def _call(p, batch: tuple[int, ...]) -> _Call:
-    """The `_Call` of a checked problem with output batch axes `batch` (and no empty axis)."""
+def _call(p, batch: tuple[int, ...], n_batch: int) -> _Call:
+    """The `_Call` of a checked problem with output batch axes `batch` (`n_batch` entries, none empty)."""
     dtype = p.q.dtype
-    q, k, v = (_full_batch(a, batch) for a in (p.q, p.k, p.v))  # (..., L, E), (..., S, E), (..., S, Ev)
+    q, k, v = _full_batch(p.q, batch), _full_batch(p.k, batch), _full_batch(p.v, batch)  # (..., L|S, E|Ev)
     slopes = None if p.alibi_slopes is None else np.broadcast_to(p.alibi_slopes[..., 0, 0], batch)
     sinks = None if p.sinks is None else np.broadcast_to(p.sinks, batch)
     # Cauchy-Schwarz: |q_i . k_j| <= |q_i| max_j |k_j|. Where that bound (or the soft cap, which bounds
@@ -362,7 +362,7 @@ def _call(p, batch: tuple[int, ...]) -> _Call:
     # E / 2 queries (decoding) the shift is the cheaper of the two.
     L, S, E = q.shape[-2], k.shape[-2], q.shape[-1]
     limit = exp_limit(dtype) if p.bias is None and slopes is None else -1.0
-    if p.softcap is None and (2 * L < E or math.prod(batch) * L * S < _BOUND_MIN):
+    if p.softcap is None and (2 * L < E or n_batch * L * S < _BOUND_MIN):
         limit = -1.0  # the bound's few calls cost more than the passes they save in a tiny call
     if sinks is not None and not np.abs(sinks).max(initial=0.0) <= limit:
         limit = -1.0
@@ -397,9 +397,9 @@ def dense_attention(problem) -> np.ndarray:
         # No keys: every row is fully masked, so the output is zeros.
         return np.zeros((*batch, L, Ev), dtype=p.out_dtype)
     threads = n_threads()  # checks ATTENTION_REF_NUM_THREADS on every call
-    c = _call(p, batch)
-    itemsize = c.out.itemsize
     n_batch = math.prod(batch)
+    c = _call(p, batch, n_batch)
+    itemsize = c.out.itemsize
     rows_per_block = block_rows(L, S, itemsize, n_batch, threads, banded=p.window is not None)
     n_row_blocks = -(-L // rows_per_block)
     # Tasks: one query block of a group of heads (the last batch axis). Small problems take all heads
