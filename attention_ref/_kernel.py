@@ -239,9 +239,18 @@ def heads_per_task(n_heads: int, block_bytes: int, n_other: int, threads: int) -
     return group
 
 
-def _full_batch(arr: np.ndarray, batch: tuple[int, ...]) -> np.ndarray:
-    """`arr` (..., m, n) as a view with exactly the batch axes `batch` (no copy; no call when it has them)."""
-    return arr if arr.shape[:-2] == batch else np.broadcast_to(arr, batch + arr.shape[-2:])
+def _full_batch(arr: np.ndarray, batch: tuple[int, ...], broadcast: bool = True) -> np.ndarray:
+    """`arr` (..., m, n) as a view with exactly the batch axes `batch` (no copy; no call when it has them).
+
+    With ``broadcast=False`` the missing leading axes get size one instead: a
+    cheaper view, for a caller that takes every batch index at once and lets
+    the arithmetic broadcast.
+    """
+    if arr.shape[:-2] == batch:
+        return arr
+    if not broadcast:
+        return arr.reshape((1,) * (len(batch) + 2 - arr.ndim) + arr.shape)
+    return np.broadcast_to(arr, batch + arr.shape[-2:])
 
 
 def _edges(p, rows: slice, keys: slice) -> list[slice]:
@@ -276,11 +285,12 @@ class _Call:
     sinks: np.ndarray | None  # (...): the sink logit of every batch index
 
 
-def _block_extras(c: _Call, rows: slice) -> tuple[slice, list, np.ndarray | None]:
+def _block_extras(c: _Call, rows: slice, broadcast: bool = True) -> tuple[slice, list, np.ndarray | None]:
     """``(keys, [(key part, additive term)], ALiBi distances)`` of the queries `rows` (clipped to L).
 
     ``keys`` are the keys some query of `rows` may see under the window; the
-    terms (mask, window, bias) cover only the key parts that need one.
+    terms (mask, window, bias) cover only the key parts that need one, with
+    every batch axis (`_full_batch`, `broadcast` as there).
     """
     p = c.p
     keys = slice(*p.key_range(rows))
@@ -288,7 +298,8 @@ def _block_extras(c: _Call, rows: slice) -> tuple[slice, list, np.ndarray | None
     if p.mask is not None or p.bias is not None or p.window is not None:
         for part in _edges(p, rows, keys):
             cols = slice(keys.start + part.start, keys.start + part.stop)
-            terms.append((part, _full_batch(p.additive(rows, cols, alibi=False), c.batch)))  # (..., l, part)
+            term = p.additive(rows, cols, alibi=False)  # (..., l, part)
+            terms.append((part, _full_batch(term, c.batch, broadcast)))
     distances = None if c.slopes is None else p.alibi_distances(rows, keys)  # (l, s)
     return keys, terms, distances
 
@@ -412,7 +423,8 @@ def dense_attention(problem) -> np.ndarray:
     if _one_task(c, n_row_blocks == 1 and group == n_heads, n_outer, busy == 1):
         whole = (slice(None),) * len(batch)
         scratch = np.empty(n_batch * L * S, dtype=c.out.dtype)
-        _attend(c, whole, slice(0, L), _block_extras(c, slice(0, L)), scratch, lambda: _key_norm(c.k))
+        extras = _block_extras(c, slice(0, L), broadcast=False)  # indexed by `whole`: no broadcast view needed
+        _attend(c, whole, slice(0, L), extras, scratch, lambda: _key_norm(c.k))
     else:
         _attend_in_tasks(c, rows_per_block, outer, group, work, threads)
     return c.out.astype(p.out_dtype, copy=False)
