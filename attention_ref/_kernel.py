@@ -344,7 +344,7 @@ def _attend(c: _Call, idx: tuple, rows: slice, extras, scratch: np.ndarray, key_
         shift = _needs_shift(c, q_block, key_norm)
         for redo in (False, True):
             buffer = scratch[: target.size // target.shape[-1] * n_keys].reshape(*target.shape[:-1], n_keys)
-            scores = np.matmul(q_block, np.swapaxes(k_idx, -1, -2), out=buffer)  # (g, l, s)
+            scores = np.matmul(q_block, k_idx.swapaxes(-1, -2), out=buffer)  # (g, l, s)
             c.p.cap(scores)
             for part, term in terms:
                 scores[..., part] += term[idx]
