@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._kernel import dense_attention
+from ._options import OPTIONS, takes_options
 from ._validation import (
     as_bool_mask,
     as_per_head,
@@ -67,6 +68,8 @@ class AttentionProblem:
     sinks: np.ndarray | None  # broadcastable to the batch axes of the scores, (..., H)
     out_dtype: np.dtype
     out_shape: tuple[int, ...]  # (..., L, Ev)
+    dropout_p: float = 0.0  # probability of zeroing each weight
+    rng: np.random.Generator | None = None  # dropout's generator (checked when dropout_p > 0)
 
     @property
     def n_queries(self) -> int:
@@ -215,28 +218,16 @@ def _batch_shapes(q, k, v, mask, bias, enable_gqa) -> tuple[tuple[int, ...], tup
     return score_shape[:-2], batch
 
 
-def prepare_attention(
-    q,
-    k,
-    v,
-    *,
-    mask=None,
-    bias=None,
-    is_causal=False,
-    causal_alignment="top-left",
-    scale=None,
-    enable_gqa=False,
-    softcap=None,
-    window=None,
-    alibi_slopes=None,
-    sinks=None,
-) -> AttentionProblem:
-    """Check and normalise the arguments common to every attention function."""
+def prepare_attention(q, k, v, **options) -> AttentionProblem:
+    """Check and normalise `q`, `k`, `v` and the shared options (`_options.OPTIONS`; defaults for those not given)."""
+    options = OPTIONS | options
+    mask, bias, window, scale, softcap = (options[name] for name in ("mask", "bias", "window", "scale", "softcap"))
+    alibi_slopes, sinks, causal_alignment = options["alibi_slopes"], options["sinks"], options["causal_alignment"]
     q = as_real_array(q, "q")
     k = as_real_array(k, "k")
     v = as_real_array(v, "v")
-    is_causal = check_bool(is_causal, "is_causal")
-    enable_gqa = check_bool(enable_gqa, "enable_gqa")
+    is_causal = check_bool(options["is_causal"], "is_causal")
+    enable_gqa = check_bool(options["enable_gqa"], "enable_gqa")
     check_ndim(q, "q", 2, "(..., L, E)")
     check_ndim(k, "k", 2, "(..., S, E)")
     check_ndim(v, "v", 2, "(..., S, Ev)")
@@ -295,6 +286,8 @@ def prepare_attention(
         alibi_slopes = as_per_head(alibi_slopes, "alibi_slopes", heads, work_dtype)[..., None, None]
     if sinks is not None:
         sinks = as_per_head(sinks, "sinks", heads, work_dtype)
+    dropout_p = check_real(options["dropout_p"], "dropout_p", minimum=0.0, below=1.0)
+    rng = check_generator(options["rng"]) if dropout_p > 0 else None
 
     return AttentionProblem(
         q=q.astype(work_dtype, copy=False),
@@ -310,28 +303,13 @@ def prepare_attention(
         sinks=sinks,
         out_dtype=out_dtype,
         out_shape=out_shape,
+        dropout_p=dropout_p,
+        rng=rng,
     )
 
 
-def scaled_dot_product_attention(
-    q,
-    k,
-    v,
-    *,
-    mask=None,
-    bias=None,
-    is_causal=False,
-    causal_alignment="top-left",
-    window=None,
-    scale=None,
-    softcap=None,
-    alibi_slopes=None,
-    sinks=None,
-    dropout_p=0.0,
-    rng=None,
-    enable_gqa=False,
-    return_weights=False,
-):
+@takes_options()
+def scaled_dot_product_attention(q, k, v, *, return_weights=False, **options):
     r"""Scaled dot-product attention: ``softmax(q k^T * scale + bias) v``.
 
     Parameters
@@ -543,36 +521,19 @@ def scaled_dot_product_attention(
     >>> w
     array([[0.88074525, 0.11925475]])
     """
-    p = prepare_attention(
-        q,
-        k,
-        v,
-        mask=mask,
-        bias=bias,
-        is_causal=is_causal,
-        causal_alignment=causal_alignment,
-        scale=scale,
-        enable_gqa=enable_gqa,
-        softcap=softcap,
-        window=window,
-        alibi_slopes=alibi_slopes,
-        sinks=sinks,
-    )
-    dropout_p = check_real(dropout_p, "dropout_p", minimum=0.0, below=1.0)
+    p = prepare_attention(q, k, v, **options)
     return_weights = check_bool(return_weights, "return_weights")
-    if dropout_p > 0:
-        check_generator(rng)
 
-    if dropout_p == 0:
+    if p.dropout_p == 0:
         # The same formula, evaluated in cache-sized blocks of queries in place;
         # `out` does not depend on whether the weights are asked for as well.
         out = dense_attention(p)  # non-finite input gives NaN rows, without a warning
         if not return_weights:
             return out
     weights = _weights(p)  # (..., L, S)
-    if dropout_p > 0:
-        keep = rng.random(weights.shape) >= dropout_p
-        weights = weights * keep / (1.0 - dropout_p)
+    if p.dropout_p > 0:
+        keep = p.rng.random(weights.shape) >= p.dropout_p
+        weights = weights * keep / (1.0 - p.dropout_p)
         with np.errstate(invalid="ignore"):  # an infinite value times a zero weight: NaN, no warning
             out = np.broadcast_to(weights @ p.v, p.out_shape)  # (..., L, Ev)
         out = np.ascontiguousarray(out, dtype=p.out_dtype)

@@ -8,7 +8,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._validation import as_real_array, check_generator, check_real, check_shape, result_dtype
+from ._options import DETERMINISTIC, takes_options
+from ._validation import as_real_array, check_shape, result_dtype
 from .attention import AttentionProblem, prepare_attention
 from .blockwise import _block_sizes, _safe_max, blockwise_attention
 from .softmax import logsumexp
@@ -228,28 +229,8 @@ def _tiled(p, dout, out, lse, keeps, keeps_again, dropout_p, block_q, block_k):
     return dq, dk, dv, dbias, delta
 
 
-def attention_backward(
-    q,
-    k,
-    v,
-    dout,
-    *,
-    mask=None,
-    bias=None,
-    is_causal=False,
-    causal_alignment="top-left",
-    window=None,
-    scale=None,
-    softcap=None,
-    alibi_slopes=None,
-    sinks=None,
-    dropout_p=0.0,
-    rng=None,
-    enable_gqa=False,
-    out=None,
-    lse=None,
-    block_size=None,
-):
+@takes_options()
+def attention_backward(q, k, v, dout, *, out=None, lse=None, block_size=None, **options):
     r"""Gradients of `scaled_dot_product_attention` with respect to `q`, `k`, `v`, `bias` and `sinks`.
 
     Given the gradient `dout` of a loss with respect to the attention
@@ -408,18 +389,6 @@ def attention_backward(
     >>> bool(np.isclose(np.sum(grads.dv * v), np.sum(dout * out), rtol=1e-12, atol=0))  # out is linear in v
     True
     """
-    options = {
-        "mask": mask,
-        "bias": bias,
-        "is_causal": is_causal,
-        "causal_alignment": causal_alignment,
-        "window": window,
-        "scale": scale,
-        "softcap": softcap,
-        "alibi_slopes": alibi_slopes,
-        "sinks": sinks,
-        "enable_gqa": enable_gqa,
-    }  # the forward's options other than dropout, for prepare_attention and blockwise_attention alike
     # float16 and bfloat16 are worked in float64: the weights recomputed from lse carry a float32 error of about
     # eps32 * |lse|, which dP - D turns into a large relative error where a row's weight is nearly one (a key
     # beside a far lower sink). Each gradient still comes back in its argument's dtype.
@@ -427,9 +396,7 @@ def attention_backward(
     if result_dtype(*(as_real_array(a, name) for a, name in zip(given, "qkv", strict=True)))[0].itemsize < 4:
         q, k, v = (as_real_array(a, name).astype(np.float64) for a, name in zip(given, "qkv", strict=True))
     p = prepare_attention(q, k, v, **options)
-    dropout_p = check_real(dropout_p, "dropout_p", minimum=0.0, below=1.0)
-    if dropout_p > 0:
-        check_generator(rng)
+    dropout_p, rng = p.dropout_p, p.rng
     work = p.q.dtype
     dout = _checked(dout, "dout", p.out_shape, "the shape of the attention output (..., L, Ev)", work)
     if out is not None:
@@ -448,7 +415,8 @@ def attention_backward(
         else:
             if lse is None or (out is None and dropout_p == 0):
                 # The forward, tile by tile: its lse (and, without dropout, its output).
-                forward = blockwise_attention(q, k, v, block_size=blocks, return_lse=True, **options)
+                forward = blockwise_attention(q, k, v, block_size=blocks, return_lse=True,
+                                              **{name: options[name] for name in DETERMINISTIC})
                 out = forward[0].astype(work) if out is None and dropout_p == 0 else out
                 lse = forward[1].astype(work) if lse is None else lse
             keeps = keeps_again = None

@@ -8,6 +8,7 @@ import math
 import numpy as np
 
 from ._kernel import run_blocks, scaled_down_values
+from ._options import DETERMINISTIC, takes_options
 from ._validation import as_per_head, as_real_array, check_bool, check_int, result_dtype
 from .attention import prepare_attention
 
@@ -89,24 +90,8 @@ def _attend_query_block(p, p_inside, q_rows, kt, vs, rows, block_k, out, lse):
     np.add(m, l, out=lse[..., rows], where=seen)
 
 
-def blockwise_attention(
-    q,
-    k,
-    v,
-    *,
-    block_size=256,
-    mask=None,
-    bias=None,
-    is_causal=False,
-    causal_alignment="top-left",
-    window=None,
-    scale=None,
-    softcap=None,
-    alibi_slopes=None,
-    sinks=None,
-    enable_gqa=False,
-    return_lse=False,
-):
+@takes_options(*DETERMINISTIC)
+def blockwise_attention(q, k, v, *, block_size=256, return_lse=False, **options):
     r"""Attention computed block by block with an online softmax, never forming the (L, S) matrix.
 
     Gives the same result as `scaled_dot_product_attention` (to rounding)
@@ -289,21 +274,7 @@ def blockwise_attention(
     """
     block_q, block_k = _block_sizes(block_size)
     return_lse = check_bool(return_lse, "return_lse")
-    p = prepare_attention(
-        q,
-        k,
-        v,
-        mask=mask,
-        bias=bias,
-        is_causal=is_causal,
-        causal_alignment=causal_alignment,
-        scale=scale,
-        enable_gqa=enable_gqa,
-        softcap=softcap,
-        window=window,
-        alibi_slopes=alibi_slopes,
-        sinks=sinks,
-    )
+    p = prepare_attention(q, k, v, **options)
     # Tiles inside the window (below the causal diagonal) only need the mask, bias and ALiBi (if any).
     p_inside = dataclasses.replace(p, window=None)
     L, S = p.n_queries, p.n_keys

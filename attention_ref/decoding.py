@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._options import takes_options
 from ._validation import as_real_array, check_int, check_ndim, check_window, result_dtype
 from .attention import scaled_dot_product_attention
 
@@ -268,20 +269,8 @@ def _check_fits(new, name, buffer, what):
         )
 
 
-def decode_step(
-    q,
-    k,
-    v,
-    cache,
-    *,
-    scale=None,
-    window=None,
-    softcap=None,
-    alibi_slopes=None,
-    sinks=None,
-    enable_gqa=False,
-    return_weights=False,
-):
+@takes_options("window", "scale", "softcap", "alibi_slopes", "sinks", "enable_gqa")
+def decode_step(q, k, v, cache, *, return_weights=False, **options):
     r"""One decoding step: cache the new keys and values, then attend the new queries to every cached position.
 
     Call it once with the whole prompt (prefill), then once per generated
@@ -419,20 +408,10 @@ def decode_step(
     cache.append(k, v)
     try:
         keys, values = cache._recent(n_keys)
-        return scaled_dot_product_attention(
-            q,
-            keys,
-            values,
-            is_causal=True,
-            causal_alignment="bottom-right",
-            window=_cache_window(window, cache.max_len),
-            scale=scale,
-            softcap=softcap,
-            alibi_slopes=alibi_slopes,
-            sinks=sinks,
-            enable_gqa=enable_gqa,
-            return_weights=return_weights,
-        )
+        # The new positions are the last of the keys: causal, bottom-right, within what the cache keeps.
+        window = _cache_window(options.pop("window"), cache.max_len)
+        return scaled_dot_product_attention(q, keys, values, is_causal=True, causal_alignment="bottom-right",
+                                            window=window, return_weights=return_weights, **options)
     except Exception:
         cache._restore(before)
         raise

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ._options import takes_options
 from ._validation import (
     as_real_array,
     check_bool,
@@ -418,21 +419,8 @@ def _project(x, w, b):
         return y if b is None else y + b
 
 
-def multi_head_attention(
-    x,
-    params,
-    *,
-    context=None,
-    mask=None,
-    bias=None,
-    is_causal=False,
-    causal_alignment="top-left",
-    window=None,
-    softcap=None,
-    alibi_slopes=None,
-    sinks=None,
-    return_weights=False,
-):
+@takes_options("mask", "bias", "is_causal", "causal_alignment", "window", "softcap", "alibi_slopes", "sinks")
+def multi_head_attention(x, params, *, context=None, return_weights=False, **options):
     r"""Multi-head (and grouped-query) attention with input and output projections.
 
     Parameters
@@ -590,21 +578,8 @@ def multi_head_attention(
     k = split_heads(_project(ctx, w["w_k"], w["b_k"]), params.n_kv_heads)  # (..., Hkv, S, D)
     v = split_heads(_project(ctx, w["w_v"], w["b_v"]), params.n_kv_heads)  # (..., Hkv, S, D)
     # Weights are formed only when asked for: the output alone runs the cache-blocked kernel.
-    result = scaled_dot_product_attention(
-        q,
-        k,
-        v,
-        mask=mask,
-        bias=bias,
-        is_causal=is_causal,
-        causal_alignment=causal_alignment,
-        window=window,
-        softcap=softcap,
-        alibi_slopes=alibi_slopes,
-        sinks=sinks,
-        enable_gqa=params.n_kv_heads != params.n_heads,
-        return_weights=return_weights,
-    )
+    enable_gqa = params.n_kv_heads != params.n_heads
+    result = scaled_dot_product_attention(q, k, v, enable_gqa=enable_gqa, return_weights=return_weights, **options)
     heads, weights = result if return_weights else (result, None)
     out = _project(merge_heads(heads), w["w_o"], w["b_o"])  # (..., L, d_model)
     with np.errstate(over="ignore"):  # a float16 result beyond 65504 is inf, without a warning

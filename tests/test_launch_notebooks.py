@@ -2,14 +2,15 @@
 
 They must be current (each is what ``docs/_ext/_launch_notebooks.py`` makes from the built book's notebook of its
 chapter now), hold the same cells as the downloadable notebooks the build executes (which tests/test_notebooks_run.py
-runs outside the repository) without their outputs, and start with a setup cell that installs what is missing
-when run in Colab and says how elsewhere.
+runs outside the repository) with the same outputs, so the figures show before anything runs, and start with a
+setup cell that installs what is missing when run in Colab and says how elsewhere.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -94,11 +95,16 @@ def test_the_check_finds_a_stale_notebook(launch, tmp_path):
     stale = launch.stale(target, docs, site)
     assert set(stale) == {target / "chapters" / "01_queries_keys_values.ipynb", target / "gone.ipynb"}
     assert stale[target / "gone.ipynb"] is None
-    # The requirement the file records is kept when it is rebuilt; the outputs are not.
+    # The requirement the file records is kept when it is rebuilt, and so are the built notebook's outputs.
     rebuilt = json.loads(stale[target / "chapters" / "01_queries_keys_values.ipynb"])
     assert repr(REQUIREMENT) in _source(rebuilt["cells"][0])
     assert "temperature=2.0" in "".join(_source(cell) for cell in rebuilt["cells"])
-    assert all(cell.get("outputs", []) == [] and cell.get("execution_count") is None for cell in rebuilt["cells"])
+    setup, *cells = rebuilt["cells"]
+    assert setup["outputs"] == [] and setup["execution_count"] is None
+    code = [cell for cell in cells if cell["cell_type"] == "code"]
+    assert code and all(cell["outputs"] == [{"output_type": "stream", "name": "stdout", "text": "ran\n"}]
+                        for cell in code)
+    assert [cell["execution_count"] for cell in code] == list(range(2, len(code) + 2))  # as in the download
     assert rebuilt["cells"][1]["source"] == "Text with 1024 written in."
     assert set(rebuilt["metadata"]) == {"kernelspec", "language_info", "attention_ref"}
 
@@ -121,7 +127,23 @@ def test_they_hold_the_code_the_book_runs(launch):
         for index, (mine, theirs) in enumerate(pairs[1:], start=1):  # the setup cells name different installs
             assert (mine["cell_type"], _source(mine)) == (theirs["cell_type"], _source(theirs)), (page, index)
             assert mine.get("attachments") == theirs.get("attachments"), (page, index)
-            assert mine.get("outputs", []) == []
+            assert mine.get("outputs") == theirs.get("outputs"), (page, index)
+            assert mine.get("execution_count") == theirs.get("execution_count"), (page, index)
+
+
+@pytest.mark.docs
+def test_they_show_every_figure_the_page_shows(launch):
+    """Each image in a page's article (glued figures and cell outputs) is in its committed notebook, as an
+    embedded image in the Markdown or an image output, so Colab and GitHub show it before anything runs."""
+    for page in launch.sources():
+        html = (_site() / f"{page}.html").read_text()
+        shown = len(re.findall(r"<img\b", html[html.index("<article"):html.index("</article>")]))
+        cells = json.loads((launch.TARGET / f"{page}.ipynb").read_text())["cells"]
+        embedded = sum(len(re.findall(r"!\[[^\]]+\]\(data:image/", _source(cell)))
+                       for cell in cells if cell["cell_type"] == "markdown")
+        outputs = sum(any(key.startswith("image/") for key in output.get("data", {}))
+                      for cell in cells if cell["cell_type"] == "code" for output in cell["outputs"])
+        assert embedded + outputs == shown, (page, embedded, outputs, shown)
 
 
 def _run_setup(cell, tmp_path, colab):

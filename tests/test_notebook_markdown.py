@@ -185,6 +185,20 @@ def test_glue_values_are_read_from_the_outputs(nm):
     assert nm.glue_values({"cells": [cell]}) == {"a": {"text/plain": "3"}, "b": {"text/plain": "4"}}
 
 
+def test_values_glued_for_the_book_only_leave_the_outputs(nm):
+    """A ``display=False`` glue has no MIME type a notebook front end renders: dropped (its value is in the text).
+    A displayed glue, a figure and a stream stay."""
+    hidden = {"output_type": "display_data", "metadata": {"scrapbook": {"name": "a", "mime_prefix": nm.GLUE_PREFIX}},
+              "data": {nm.GLUE_PREFIX + "text/plain": "3"}}
+    shown = {"output_type": "display_data", "metadata": {"scrapbook": {"name": "b", "mime_prefix": ""}},
+             "data": {"text/plain": "4"}}
+    figure = {"output_type": "display_data", "metadata": {}, "data": {"image/png": "iVBOR", "text/plain": "<Figure>"}}
+    stream = {"output_type": "stream", "name": "stdout", "text": "5"}
+    cell = {"cell_type": "code", "metadata": {}, "source": "x", "outputs": [hidden, shown, figure, stream]}
+    notebook = {"cells": [cell]}
+    assert nm.for_readers(notebook, _book(nm))["cells"][0]["outputs"] == [shown, figure, stream]
+
+
 @pytest.mark.docs
 def test_every_downloaded_notebook_shows_the_books_figures_and_numbers():
     """Each glued figure the chapter's prose shows is an embedded image; the glued numbers are in the text."""

@@ -8,10 +8,11 @@ Each is made from the chapter's downloadable notebook in the built site (``docs/
 by ``notebook_download``), so it carries the same text: Markdown in which the glued numbers are written in, the
 figures embedded and the cross-references made links (``_notebook_markdown``). The values glued by the chapter's
 code exist only once it has run, and the build is where it runs (and caches the run): reading them anywhere else
-would run the chapters a second time, or reimplement the build's reading of them. From the downloaded notebook
-the outputs and execution counts are dropped (nothing has run in the reader's kernel) and the setup cell is
-written for the requirement given (``notebook_download.runnable_anywhere``). The downloaded notebook records the
-SHA-256 of the chapter it was built from; a notebook built from an older text is refused (build the book first).
+would run the chapters a second time, or reimplement the build's reading of them. The downloaded notebook's
+outputs are kept, so Colab, Binder and GitHub show the page's figures and printed values before anything
+runs, and the setup cell is written for the requirement given (``notebook_download.runnable_anywhere``). The
+downloaded notebook records the SHA-256 of the chapter it was built from; a notebook built from an older text is
+refused (build the book first).
 
 Run as a script (``make notebooks``, which builds the book first) to write them, or with ``--check`` to list the
 stale ones and exit 1; ``tests/test_launch_notebooks.py`` checks that the committed files are current. The setup
@@ -69,19 +70,15 @@ def built_notebook(page, source, site=SITE):
 
 
 def launch_notebook(built, install):
-    """The committed notebook, as a string, made from the downloaded notebook `built` (a dict): no setup cell of
-    its own, no outputs, and a setup cell installing attention_ref from `install`."""
+    """The committed notebook, as a string, made from the downloaded notebook `built` (a dict): its cells with
+    their outputs (the figures and printed values the page shows, before the reader runs anything), and a setup
+    cell installing attention_ref from `install` in place of the built one."""
     cells = [dict(cell) for cell in built["cells"] if "setup" not in cell.get("metadata", {}).get("tags", [])]
-    for cell in cells:
-        if cell["cell_type"] == "code":
-            cell["outputs"] = []
     metadata = {key: value for key, value in built["metadata"].items() if key in ("kernelspec", "attention_ref")}
     metadata["language_info"] = {"name": "python"}
     metadata["attention_ref"] = {**metadata.get("attention_ref", {}), "install": install}
     notebook = numbered(runnable_anywhere({**built, "cells": cells, "metadata": metadata}, install))
-    for cell in notebook["cells"]:
-        if cell["cell_type"] == "code":
-            cell["execution_count"] = None  # not run: no outputs
+    notebook["cells"][0]["execution_count"] = None  # the setup cell: not run where the notebook was made
     return json.dumps(notebook, indent=1, ensure_ascii=False, sort_keys=True) + "\n"
 
 

@@ -235,12 +235,22 @@ def to_markdown(source, book):
     return re.sub(r"\n{3,}", "\n\n", text).strip("\n")
 
 
+def _glue_record(output):
+    """Whether `output` is a value glued with ``display=False``: data under MyST-NB's prefix only, for the book."""
+    data = output.get("data", {})
+    return bool(output.get("metadata", {}).get("scrapbook")) and bool(data) and all(
+        key.startswith(GLUE_PREFIX) for key in data)
+
+
 def for_readers(notebook, book):
-    """The notebook with its Markdown cells in plain Markdown and the book's hidden code cells collapsed."""
+    """The notebook with its Markdown cells in plain Markdown, the book's hidden code cells collapsed and the
+    glued-only values dropped from the outputs (they are written into the Markdown; front ends other than MyST-NB
+    have no renderer for their MIME types, and VS Code says so under the cell)."""
     for cell in notebook.get("cells", []):
         if cell.get("cell_type") == "markdown":
             cell["source"] = to_markdown(cell["source"], book)
         elif cell.get("cell_type") == "code":
+            cell["outputs"] = [output for output in cell.get("outputs", []) if not _glue_record(output)]
             tags = set(cell.get("metadata", {}).get("tags", []))
             hidden = {key: True for key, hiding in (("source_hidden", HIDDEN_SOURCE_TAGS),
                                                     ("outputs_hidden", HIDDEN_OUTPUT_TAGS)) if tags & hiding}

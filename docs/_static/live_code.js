@@ -325,8 +325,10 @@
       for (const out of entry.staticOutputs) out.hidden = true;
       entry.output.hidden = false;
       entry.output.replaceChildren();
+      entry.box.dataset.runs = String(Number(entry.box.dataset.runs || 0) + 1); // presses of Run, for the tests
       entry.box.dataset.state = "queued";
       entry.count.textContent = "queued";
+      entry.drawing = [];
       let kernel;
       try {
         kernel = await this.kernelReady;
@@ -357,18 +359,19 @@
         else if (type === "restarted") entry.output.append(element("pre", { class: "live-code-error" }, "Stopped: the kernel was restarted."));
         if (type === "execute_input") entry.count.textContent = `run ${content.execution_count}`;
       });
+      await Promise.all(entry.drawing); // "done" once the figures are decoded and laid out, not while they still resize
       entry.box.dataset.state = "done";
     }
 
     showData(entry, data) {
-      if (data["image/png"]) {
-        entry.output.append(element("img", { class: "live-code-figure", src: `data:image/png;base64,${data["image/png"]}`,
-                                             alt: `Figure drawn by code cell ${entry.number}` }));
-      } else if (data["image/svg+xml"]) {
-        const svg = [].concat(data["image/svg+xml"]).join("");
-        entry.output.append(element("img", { class: "live-code-figure", src: `data:image/svg+xml,${encodeURIComponent(svg)}`,
-                                             alt: `Figure drawn by code cell ${entry.number}` }));
-      } else if (data["text/plain"] !== undefined) {
+      const figure = (src) => {
+        const img = element("img", { class: "live-code-figure", src, alt: `Figure drawn by code cell ${entry.number}` });
+        entry.output.append(img);
+        entry.drawing.push(img.decode().catch(() => null)); // a figure that cannot be decoded shows its alt text
+      };
+      if (data["image/png"]) figure(`data:image/png;base64,${data["image/png"]}`);
+      else if (data["image/svg+xml"]) figure(`data:image/svg+xml,${encodeURIComponent([].concat(data["image/svg+xml"]).join(""))}`);
+      else if (data["text/plain"] !== undefined) {
         entry.output.append(element("pre", { class: "live-code-result" }, [].concat(data["text/plain"]).join("")));
       }
     }
