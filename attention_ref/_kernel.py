@@ -324,11 +324,12 @@ def _needs_shift(c: _Call, q_block: np.ndarray, key_norm) -> bool:
     return not bound <= c.limit  # NaN compares False: shifted path
 
 
-def _attend(c: _Call, idx: tuple, rows: slice, extras, scratch: np.ndarray, key_norm) -> None:
+def _attend(c: _Call, idx: tuple, rows: slice, extras, scratch: np.ndarray | None, key_norm) -> None:
     """Write the attention of the queries `rows` of the batch entries `idx` into ``c.out[(*idx, rows)]``.
 
     The step of every block, on one thread: `extras` is `_block_extras` of
-    `rows`, `scratch` a flat buffer holding at least the block's scores,
+    `rows`, `scratch` a flat buffer holding at least the block's scores
+    (None: the product makes its own),
     `key_norm()` ``max_j |k_j|`` over the heads `idx`.
     """
     target = c.out[(*idx, rows)]  # (g, l, Ev), or (l, Ev) without batch axes
@@ -343,7 +344,8 @@ def _attend(c: _Call, idx: tuple, rows: slice, extras, scratch: np.ndarray, key_
         q_block = c.q[(*idx, rows)] * c.scale  # (g, l, E): scale the queries, not the (l, S) scores
         shift = _needs_shift(c, q_block, key_norm)
         for redo in (False, True):
-            buffer = scratch[: target.size // target.shape[-1] * n_keys].reshape(*target.shape[:-1], n_keys)
+            buffer = None if scratch is None else scratch[: target.size // target.shape[-1] * n_keys].reshape(
+                *target.shape[:-1], n_keys)
             scores = np.matmul(q_block, k_idx.swapaxes(-1, -2), out=buffer)  # (g, l, s)
             c.p.cap(scores)
             for part, term in terms:
@@ -422,9 +424,8 @@ def dense_attention(problem) -> np.ndarray:
     group = heads_per_task(n_heads, min(L, rows_per_block) * S * itemsize, n_row_blocks * n_outer, busy)
     if _one_task(c, n_row_blocks == 1 and group == n_heads, n_outer, busy == 1):
         whole = (slice(None),) * len(batch)
-        scratch = np.empty(n_batch * L * S, dtype=c.out.dtype)
         extras = _block_extras(c, slice(0, L), broadcast=False)  # indexed by `whole`: no broadcast view needed
-        _attend(c, whole, slice(0, L), extras, scratch, lambda: _key_norm(c.k))
+        _attend(c, whole, slice(0, L), extras, None, lambda: _key_norm(c.k))
     else:
         _attend_in_tasks(c, rows_per_block, outer, group, work, threads)
     return c.out.astype(p.out_dtype, copy=False)
