@@ -7,7 +7,8 @@ every step done in place, and the softmax normalisation applied to the
 bound proves that ``exp(score)`` cannot overflow, the row maximum is not
 subtracted at all (the softmax does not depend on the shift). Blocks are
 independent, so they run on a small thread pool: NumPy releases the GIL inside
-matmul and ufuncs.
+matmul and ufuncs. A small call runs as one block of every head at once
+(`_one_task`), the same step without the tasks' bookkeeping.
 """
 
 from __future__ import annotations
@@ -328,9 +329,9 @@ def _attend(c: _Call, idx: tuple, rows: slice, extras, scratch: np.ndarray | Non
     """Write the attention of the queries `rows` of the batch entries `idx` into ``c.out[(*idx, rows)]``.
 
     The step of every block, on one thread: `extras` is `_block_extras` of
-    `rows`, `scratch` a flat buffer holding at least the block's scores
-    (None: the product makes its own),
-    `key_norm()` ``max_j |k_j|`` over the heads `idx`.
+    `rows`, `scratch` a flat buffer holding at least the block's scores (or
+    None: the product makes its own), `key_norm()` ``max_j |k_j|`` over the
+    heads `idx`.
     """
     target = c.out[(*idx, rows)]  # (g, l, Ev), or (l, Ev) without batch axes
     keys, terms, distances = extras
@@ -387,7 +388,7 @@ def _one_task(c: _Call, all_heads_at_once: bool, n_outer: int, serial: bool) -> 
     """Whether the whole problem can run as one block: the same arithmetic as the tasks, without their machinery.
 
     True when the plan is a single task (one query block of every head,
-    `all_heads_at_once`, and no `n_outer` batch axes), or `serial` tasks that
+    `all_heads_at_once`, at the one index of the outer batch axes), or `serial` tasks that
     differ only in the outer batch index and take the same shift decision
     (the row maximum always subtracted, or the soft cap as bound), whose
     scores together fit `BLOCK_BYTES`.
