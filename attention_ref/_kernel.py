@@ -351,7 +351,7 @@ def _attend(c: _Call, idx: tuple, rows: slice, extras, scratch: np.ndarray | Non
             c.p.cap(scores)
             for part, term in terms:
                 scores[..., part] += term[idx]
-            if distances is not None:
+            if c.slopes is not None and distances is not None:  # both or neither (_block_extras)
                 scores -= c.slopes[idx][..., None, None] * distances  # ALiBi: -m_h |p_i - j|
             if not redo:
                 softmax_rows_times(scores, v_idx, target, shift=shift, sink=sink)
