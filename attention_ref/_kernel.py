@@ -7,7 +7,8 @@ every step done in place, and the softmax normalisation applied to the
 bound proves that ``exp(score)`` cannot overflow, the row maximum is not
 subtracted at all (the softmax does not depend on the shift). Blocks are
 independent, so they run on a small thread pool: NumPy releases the GIL inside
-matmul and ufuncs.
+matmul and ufuncs. A small call runs as one block of every head at once
+(`_one_task`), the same step without the tasks' bookkeeping.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import math
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -237,9 +240,18 @@ def heads_per_task(n_heads: int, block_bytes: int, n_other: int, threads: int) -
     return group
 
 
-def _full_batch(arr: np.ndarray, batch: tuple[int, ...]) -> np.ndarray:
-    """`arr` (..., m, n) as a view with exactly the batch axes `batch` (no copy; no call when it has them)."""
-    return arr if arr.shape[:-2] == batch else np.broadcast_to(arr, batch + arr.shape[-2:])
+def _full_batch(arr: np.ndarray, batch: tuple[int, ...], broadcast: bool = True) -> np.ndarray:
+    """`arr` (..., m, n) as a view with exactly the batch axes `batch` (no copy; no call when it has them).
+
+    With ``broadcast=False`` the missing leading axes get size one instead: a
+    cheaper view, for a caller that takes every batch index at once and lets
+    the arithmetic broadcast.
+    """
+    if arr.shape[:-2] == batch:
+        return arr
+    if not broadcast:
+        return arr.reshape((1,) * (len(batch) + 2 - arr.ndim) + arr.shape)
+    return np.broadcast_to(arr, batch + arr.shape[-2:])
 
 
 def _edges(p, rows: slice, keys: slice) -> list[slice]:
@@ -258,6 +270,137 @@ def _edges(p, rows: slice, keys: slice) -> list[slice]:
             if s.stop > s.start]
 
 
+@dataclass(slots=True)
+class _Call:
+    """What every block of one `dense_attention` call reads, and the output it writes."""
+
+    p: Any  # the AttentionProblem
+    batch: tuple[int, ...]  # batch axes of the output
+    q: np.ndarray  # (..., L, E) with every batch axis (broadcast views)
+    k: np.ndarray  # (..., S, E)
+    v: np.ndarray  # (..., S, Ev)
+    out: np.ndarray  # (..., L, Ev) in the working dtype
+    scale: np.floating  # in the working dtype
+    limit: float  # the |score| bound under which exp needs no shift (see exp_limit); -1: always shift
+    slopes: np.ndarray | None  # (...): the ALiBi slope of every batch index
+    sinks: np.ndarray | None  # (...): the sink logit of every batch index
+
+
+def _block_extras(c: _Call, rows: slice, broadcast: bool = True) -> tuple[slice, list, np.ndarray | None]:
+    """``(keys, [(key part, additive term)], ALiBi distances)`` of the queries `rows` (clipped to L).
+
+    ``keys`` are the keys some query of `rows` may see under the window; the
+    terms (mask, window, bias) cover only the key parts that need one, with
+    every batch axis (`_full_batch`, `broadcast` as there).
+    """
+    p = c.p
+    keys = slice(*p.key_range(rows))
+    terms = []
+    if p.mask is not None or p.bias is not None or p.window is not None:
+        for part in _edges(p, rows, keys):
+            cols = slice(keys.start + part.start, keys.start + part.stop)
+            term = p.additive(rows, cols, alibi=False)  # (..., l, part)
+            terms.append((part, _full_batch(term, c.batch, broadcast)))
+    distances = None if c.slopes is None else p.alibi_distances(rows, keys)  # (l, s)
+    return keys, terms, distances
+
+
+def _key_norm(k: np.ndarray):
+    """``max_j |k_j|`` over every key of every batch index of `k` (..., S, E)."""
+    return np.sqrt(np.einsum("...se,...se->...s", k, k).max())
+
+
+def _needs_shift(c: _Call, q_block: np.ndarray, key_norm) -> bool:
+    """Whether a block must subtract its row maxima: unless every ``|score|`` is provably within ``c.limit``.
+
+    Cauchy-Schwarz: ``|q_i . k_j| <= |q_i| max_j |k_j|`` (`key_norm()` gives the
+    second factor); a soft cap ``c`` bounds every score by ``c``.
+    """
+    if c.limit <= 0:
+        return True
+    if c.p.softcap is not None:
+        bound = c.p.softcap  # |c tanh(x / c)| <= c
+    else:
+        bound = np.sqrt(np.einsum("...le,...le->...l", q_block, q_block).max()) * key_norm()
+    return not bound <= c.limit  # NaN compares False: shifted path
+
+
+def _attend(c: _Call, idx: tuple, rows: slice, extras, scratch: np.ndarray | None, key_norm) -> None:
+    """Write the attention of the queries `rows` of the batch entries `idx` into ``c.out[(*idx, rows)]``.
+
+    The step of every block, on one thread: `extras` is `_block_extras` of
+    `rows`, `scratch` a flat buffer holding at least the block's scores (or
+    None: the product makes its own), `key_norm()` ``max_j |k_j|`` over the
+    heads `idx`.
+    """
+    target = c.out[(*idx, rows)]  # (g, l, Ev), or (l, Ev) without batch axes
+    keys, terms, distances = extras
+    n_keys = keys.stop - keys.start
+    if n_keys == 0:
+        target[...] = 0.0  # the window hides every key from these queries
+        return
+    sink = None if c.sinks is None else np.asarray(c.sinks[idx])[..., None, None]
+    k_idx, v_idx = c.k[(*idx, keys)], c.v[(*idx, keys)]  # (g, s, E), (g, s, Ev)
+    with np.errstate(invalid="ignore", over="ignore"):  # per thread: errstate is thread-local
+        q_block = c.q[(*idx, rows)] * c.scale  # (g, l, E): scale the queries, not the (l, S) scores
+        shift = _needs_shift(c, q_block, key_norm)
+        for redo in (False, True):
+            buffer = None if scratch is None else scratch[: target.size // target.shape[-1] * n_keys].reshape(
+                *target.shape[:-1], n_keys)
+            scores = np.matmul(q_block, k_idx.swapaxes(-1, -2), out=buffer)  # (g, l, s)
+            c.p.cap(scores)
+            for part, term in terms:
+                scores[..., part] += term[idx]
+            if c.slopes is not None and distances is not None:  # both or neither (_block_extras)
+                scores -= c.slopes[idx][..., None, None] * distances  # ALiBi: -m_h |p_i - j|
+            if not redo:
+                softmax_rows_times(scores, v_idx, target, shift=shift, sink=sink)
+                if np.isfinite(target).all():
+                    break  # else a sum overflowed (or the input is not finite): redo the block
+            else:
+                v_small, e = scaled_down_values(v_idx, c.p.n_keys)
+                softmax_rows_times(scores, v_small, target, sink=sink)
+                np.ldexp(target, e, out=target)
+
+
+def _call(p, batch: tuple[int, ...], n_batch: int) -> _Call:
+    """The `_Call` of a checked problem with output batch axes `batch` (`n_batch` entries, none empty)."""
+    dtype = p.q.dtype
+    q, k, v = _full_batch(p.q, batch), _full_batch(p.k, batch), _full_batch(p.v, batch)  # (..., L|S, E|Ev)
+    slopes = None if p.alibi_slopes is None else np.broadcast_to(p.alibi_slopes[..., 0, 0], batch)
+    sinks = None if p.sinks is None else np.broadcast_to(p.sinks, batch)
+    # Cauchy-Schwarz: |q_i . k_j| <= |q_i| max_j |k_j|. Where that bound (or the soft cap, which bounds
+    # every score) is below exp_limit, exp(score) is safe without subtracting the row maximum. Masks add
+    # 0 or -inf and keep the bound; a float bias or ALiBi term does not, nor does a large sink. The key
+    # norms read all of k (S E per head), the shift two passes over the scores (2 L S): with fewer than
+    # E / 2 queries (decoding) the shift is the cheaper of the two.
+    L, S, E = q.shape[-2], k.shape[-2], q.shape[-1]
+    limit = exp_limit(dtype) if p.bias is None and slopes is None else -1.0
+    if p.softcap is None and (2 * L < E or n_batch * L * S < _BOUND_MIN):
+        limit = -1.0  # the bound's few calls cost more than the passes they save in a tiny call
+    if sinks is not None and not np.abs(sinks).max(initial=0.0) <= limit:
+        limit = -1.0
+    out = np.empty((*batch, L, v.shape[-1]), dtype=dtype)
+    return _Call(p, batch, q, k, v, out, dtype.type(p.scale), limit, slopes, sinks)
+
+
+def _one_task(c: _Call, all_heads_at_once: bool, n_outer: int, serial: bool) -> bool:
+    """Whether the whole problem can run as one block: the same arithmetic as the tasks, without their machinery.
+
+    True when the plan is a single task (one query block of every head,
+    `all_heads_at_once`, at the one index of the outer batch axes), or `serial` tasks that
+    differ only in the outer batch index and take the same shift decision
+    (the row maximum always subtracted, or the soft cap as bound), whose
+    scores together fit `BLOCK_BYTES`.
+    """
+    if not all_heads_at_once:
+        return False
+    if n_outer == 1:
+        return True
+    same_shift = c.limit <= 0 or c.p.softcap is not None
+    return serial and same_shift and c.out.size // c.out.shape[-1] * c.p.n_keys * c.out.itemsize <= BLOCK_BYTES
+
+
 def dense_attention(problem) -> np.ndarray:
     """Attention output for a checked ``AttentionProblem`` (no weights, no dropout)."""
     p = problem
@@ -267,26 +410,11 @@ def dense_attention(problem) -> np.ndarray:
     if S == 0 or L == 0 or Ev == 0 or 0 in batch:
         # No keys: every row is fully masked, so the output is zeros.
         return np.zeros((*batch, L, Ev), dtype=p.out_dtype)
-    dtype = p.q.dtype
     threads = n_threads()  # checks ATTENTION_REF_NUM_THREADS on every call
-    scale = dtype.type(p.scale)
-    out = np.empty((*batch, L, Ev), dtype=dtype)
-    q, k, v = (_full_batch(a, batch) for a in (p.q, p.k, p.v))  # (..., L, E), (..., S, E), (..., S, Ev)
-    slopes = None if p.alibi_slopes is None else np.broadcast_to(p.alibi_slopes[..., 0, 0], batch)
-    sinks = None if p.sinks is None else np.broadcast_to(p.sinks, batch)
-    # Cauchy-Schwarz: |q_i . k_j| <= |q_i| max_j |k_j|. Where that bound (or the soft cap, which bounds
-    # every score) is below exp_limit, exp(score) is safe without subtracting the row maximum. Masks add
-    # 0 or -inf and keep the bound; a float bias or ALiBi term does not, nor does a large sink. The key
-    # norms read all of k (S E per head), the shift two passes over the scores (2 L S): with fewer than
-    # E / 2 queries (decoding) the shift is the cheaper of the two.
-    limit = exp_limit(dtype) if p.bias is None and slopes is None else -1.0
     n_batch = math.prod(batch)
-    if p.softcap is None and (2 * L < E or n_batch * L * S < _BOUND_MIN):
-        limit = -1.0  # the bound's few calls cost more than the passes they save in a tiny call
-    if sinks is not None and not np.abs(sinks).max(initial=0.0) <= limit:
-        limit = -1.0
-    k_norms: dict = {}  # max_j |k_j| per task group, filled by whichever thread needs it first
-    rows_per_block = block_rows(L, S, dtype.itemsize, n_batch, threads, banded=p.window is not None)
+    c = _call(p, batch, n_batch)
+    itemsize = c.out.itemsize
+    rows_per_block = block_rows(L, S, itemsize, n_batch, threads, banded=p.window is not None)
     n_row_blocks = -(-L // rows_per_block)
     # Tasks: one query block of a group of heads (the last batch axis). Small problems take all heads
     # in one batched product; large ones one head per task, as many tasks as keep the threads busy.
@@ -294,7 +422,24 @@ def dense_attention(problem) -> np.ndarray:
     n_outer = math.prod(outer)
     work = n_batch * S * (L + E + Ev)  # scores computed, keys and values read
     busy = threads if work >= _PARALLEL_MIN else 1  # below it run_blocks takes the tasks in turn
-    group = heads_per_task(n_heads, min(L, rows_per_block) * S * dtype.itemsize, n_row_blocks * n_outer, busy)
+    group = heads_per_task(n_heads, min(L, rows_per_block) * S * itemsize, n_row_blocks * n_outer, busy)
+    if _one_task(c, n_row_blocks == 1 and group == n_heads, n_outer, busy == 1):
+        whole = (slice(None),) * len(batch)
+        extras = _block_extras(c, slice(0, L), broadcast=False)  # indexed by `whole`: no broadcast view needed
+        _attend(c, whole, slice(0, L), extras, None, lambda: _key_norm(c.k))
+    else:
+        _attend_in_tasks(c, rows_per_block, outer, group, work, threads)
+    return c.out.astype(p.out_dtype, copy=False)
+
+
+def _attend_in_tasks(c: _Call, rows_per_block: int, outer: tuple[int, ...], group: int, work: int, threads: int):
+    """Fill ``c.out`` task by task, on the thread pool when there is enough `work`.
+
+    A task is one query block of `rows_per_block` rows of `group` heads (the
+    last batch axis) at one index of the `outer` batch axes.
+    """
+    L, S = c.p.n_queries, c.p.n_keys
+    n_heads = c.batch[-1] if c.batch else 1
     heads = range(0, n_heads, group)
     # The head groups of one query block run one after another, so that the
     # block's additive term (mask, window, bias) is built once, shared, and dropped
@@ -304,71 +449,33 @@ def dense_attention(problem) -> np.ndarray:
     tasks = [(o, h0, r0) for r0 in range(0, L, rows_per_block) for o in outer_indices for h0 in heads]
     extras: dict = {}
     uses = dict.fromkeys(range(0, L, rows_per_block), 0)
+    k_norms: dict = {}  # max_j |k_j| per task group, filled by whichever thread needs it first
     lock = threading.Lock()
     scratch = threading.local()  # one (group * rows_per_block * S) score buffer per thread
 
-    def shared(r0):
-        """``(keys, [(key part, additive term)], ALiBi distances)`` of the query block at `r0`, built once."""
+    def shared(r0, rows):
+        """`_block_extras` of the query block at `r0`, built once and dropped after its last task."""
         entry = extras.get(r0)
         if entry is None:  # two threads may both build it: same value, no harm
-            rows = slice(r0, min(L, r0 + rows_per_block))
-            keys = slice(*p.key_range(rows))
-            terms = []
-            if p.mask is not None or p.bias is not None or p.window is not None:
-                for part in _edges(p, rows, keys):
-                    cols = slice(keys.start + part.start, keys.start + part.stop)
-                    extra = p.additive(rows, cols, alibi=False)
-                    terms.append((part, _full_batch(extra, batch)))
-            distances = None if slopes is None else p.alibi_distances(rows, keys)
-            entry = extras[r0] = (keys, terms, distances)
+            entry = extras[r0] = _block_extras(c, rows)
         with lock:
             uses[r0] += 1
-            if uses[r0] == n_outer * len(heads):
+            if uses[r0] == len(outer_indices) * len(heads):
                 del extras[r0]
         return entry
 
     def block(task):
         outer_idx, h0, r0 = task
-        idx = (*outer_idx, slice(h0, h0 + group)) if batch else ()
-        rows = slice(r0, r0 + rows_per_block)
-        target = out[(*idx, rows)]  # (g, l, Ev), or (l, Ev) without batch axes
-        keys, terms, distances = shared(r0)
-        n_keys = keys.stop - keys.start
-        if n_keys == 0:
-            target[...] = 0.0  # the window hides every key from these queries
-            return
+        idx = (*outer_idx, slice(h0, h0 + group)) if c.batch else ()
+        rows = slice(r0, min(L, r0 + rows_per_block))
+
+        def key_norm():
+            if (outer_idx, h0) not in k_norms:
+                k_norms[outer_idx, h0] = _key_norm(c.k[idx])
+            return k_norms[outer_idx, h0]
+
         if not hasattr(scratch, "scores"):
-            scratch.scores = np.empty(min(n_heads, group) * min(L, rows_per_block) * S, dtype=dtype)
-        sink = None if sinks is None else np.asarray(sinks[idx])[..., None, None]
-        k_idx, v_idx = k[(*idx, keys)], v[(*idx, keys)]  # (g, s, E), (g, s, Ev)
-        with np.errstate(invalid="ignore", over="ignore"):  # per thread: errstate is thread-local
-            q_block = q[(*idx, rows)] * scale  # (g, l, E): scale the queries, not the (l, S) scores
-            shift = True
-            if limit > 0:
-                if p.softcap is not None:
-                    bound = p.softcap  # |c tanh(x / c)| <= c
-                else:
-                    if (outer_idx, h0) not in k_norms:
-                        k_all = k[idx]
-                        k_norms[outer_idx, h0] = np.sqrt(np.einsum("...se,...se->...s", k_all, k_all).max())
-                    bound = np.sqrt(np.einsum("...le,...le->...l", q_block, q_block).max()) * k_norms[outer_idx, h0]
-                shift = not bound <= limit  # NaN compares False: shifted path
-            for redo in (False, True):
-                buffer = scratch.scores[: target.size // Ev * n_keys].reshape(*target.shape[:-1], n_keys)
-                scores = np.matmul(q_block, np.swapaxes(k_idx, -1, -2), out=buffer)  # (g, l, s)
-                p.cap(scores)
-                for part, term in terms:
-                    scores[..., part] += term[idx]
-                if distances is not None:
-                    scores -= slopes[idx][..., None, None] * distances  # ALiBi: -m_h |p_i - j|
-                if not redo:
-                    softmax_rows_times(scores, v_idx, target, shift=shift, sink=sink)
-                    if np.isfinite(target).all():
-                        break  # else a sum overflowed (or the input is not finite): redo the block
-                else:
-                    v_small, e = scaled_down_values(v_idx, S)
-                    softmax_rows_times(scores, v_small, target, sink=sink)
-                    np.ldexp(target, e, out=target)
+            scratch.scores = np.empty(min(n_heads, group) * min(L, rows_per_block) * S, dtype=c.out.dtype)
+        _attend(c, idx, rows, shared(r0, rows), scratch.scores, key_norm)
 
     run_blocks(block, tasks, work, threads)
-    return out.astype(p.out_dtype, copy=False)

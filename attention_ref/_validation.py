@@ -6,6 +6,8 @@ they name the argument, say what it got and what was expected.
 
 from __future__ import annotations
 
+import functools
+import math
 import numbers
 import operator
 from collections.abc import Iterable, Sequence
@@ -180,7 +182,7 @@ def check_real(value, name: str, *, minimum: float | None = None, below: float |
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a real number; got {value!r} of type {type(value).__name__}")
     value = float(value)
-    if not np.isfinite(value):
+    if not math.isfinite(value):
         raise ValueError(f"{name} must be finite; got {value}")
     if minimum is not None and value < minimum:
         raise ValueError(f"{name} must be >= {minimum}; got {value}")
@@ -213,10 +215,16 @@ def check_window(window, name: str = "window") -> tuple[int | None, int | None]:
     return left, right
 
 
+@functools.cache
+def _largest(dtype: np.dtype) -> float:
+    """``finfo(dtype).max`` as a float, looked up once per dtype (a scale check is part of every call's time)."""
+    return float(np.finfo(dtype).max)
+
+
 def check_fits_dtype(value, name: str, dtype) -> None:
     """Raise ValueError if the finite `value` (a number or array) has a magnitude beyond `dtype`'s largest float."""
-    largest = float(np.finfo(dtype).max)
-    biggest = float(np.max(np.abs(value), initial=0.0))
+    largest = _largest(np.dtype(dtype))
+    biggest = abs(value) if isinstance(value, float) else float(np.max(np.abs(value), initial=0.0))
     if biggest > largest:
         raise ValueError(
             f"{name} overflows the working dtype {np.dtype(dtype)}: got a magnitude of {biggest:g}, "

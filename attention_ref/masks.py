@@ -34,12 +34,14 @@ def in_window(rows, cols, left, right):
     key indices, shape (1, s): the one definition of a window that the masks
     and the attention functions share.
     """
-    allowed = np.ones(np.broadcast_shapes(np.shape(rows), np.shape(cols)), dtype=bool)
+    sides = []
     if left is not None:
-        allowed &= cols >= rows - left
+        sides.append(cols >= rows - left)
     if right is not None:
-        allowed &= cols <= rows + right
-    return allowed
+        sides.append(cols <= rows + right)
+    if not sides:
+        return np.ones(np.broadcast_shapes(np.shape(rows), np.shape(cols)), dtype=bool)
+    return sides[0] & sides[1] if len(sides) == 2 else sides[0]
 
 
 def causal_mask(n_queries, n_keys=None, *, alignment="top-left"):

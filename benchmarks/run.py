@@ -128,16 +128,20 @@ QUICK_SKIP = ("long causal",)  # --quick leaves out the one shape that takes sec
 MHA_SHAPE = (4, 256, 512, 8)
 
 
-def _interleaved(cands: dict, repeats: int) -> dict:
-    """Best time (s) of each candidate, every candidate once per round so all see the same load."""
+def _interleaved(cands: dict, repeats: int, number: int = 1) -> dict:
+    """Best time (s) of one call of each candidate, every candidate once per round so all see the same load.
+
+    A round times `number` calls of each candidate in a row (for calls too short to time one by one).
+    """
     best = {name: float("inf") for name in cands}
     for fn in cands.values():
         fn()  # warm-up
     for _ in range(repeats):
         for name, fn in cands.items():
             t0 = time.perf_counter()
-            fn()
-            best[name] = min(best[name], time.perf_counter() - t0)
+            for _ in range(number):
+                fn()
+            best[name] = min(best[name], (time.perf_counter() - t0) / number)
     return best
 
 
@@ -274,6 +278,54 @@ def bench_shapes(repeats: int, quick: bool = False) -> list[dict]:
     return rows
 
 
+#: The tiny call's profile: calls per timed sample.
+TINY_CALLS = 200
+
+
+def _tiny_candidates(q, k, v) -> dict:
+    """The tiny call and its parts: argument checking, the kernel, the textbook formula in NumPy and one exp."""
+    from attention_ref._kernel import dense_attention
+    from attention_ref.attention import prepare_attention
+
+    problem = prepare_attention(q, k, v)
+    scale = 1.0 / np.sqrt(q.shape[-1])
+    scores = q @ np.swapaxes(k, -1, -2) * scale
+
+    def formula():  # softmax(q k^T scale) v: two products, max, subtract, exp, sum, divide; no checks, no guards
+        s = q @ np.swapaxes(k, -1, -2) * scale
+        w = np.exp(s - s.max(axis=-1, keepdims=True))
+        return w / w.sum(axis=-1, keepdims=True) @ v
+
+    return {
+        "sdpa": lambda: ar.scaled_dot_product_attention(q, k, v),
+        "prepare": lambda: prepare_attention(q, k, v),  # the arguments checked and normalised
+        "kernel": lambda: dense_attention(problem),  # the output from checked arguments
+        "numpy": formula,
+        "one_exp": lambda: np.exp(scores),  # one NumPy call on the (L, S) scores: the cost of a call of this size
+    }
+
+
+def bench_tiny_profile(repeats: int) -> list[dict]:
+    """Where a tiny call's time goes: its parts against the bare NumPy formula, interleaved, per dtype."""
+    shape = next(s for name, s, _ in SHAPES if name == "tiny")
+    B, H, L, S, E_ = shape
+    rng = np.random.default_rng(5)
+    rows = []
+    for dtype in DTYPES:
+        q = rng.standard_normal((B, H, L, E_)).astype(dtype)
+        k, v = (rng.standard_normal((B, H, S, E_)).astype(dtype) for _ in range(2))
+        best = _interleaved(_tiny_candidates(q, k, v), repeats, TINY_CALLS)
+        rows.append({"dtype": dtype, "shape": list(shape), **{f"{n}_s": t for n, t in best.items()}})
+    return rows
+
+
+def fmt_tiny_profile(rows: list[dict]) -> str:
+    """The tiny call's profile in microseconds."""
+    names = ("sdpa", "prepare", "kernel", "numpy", "one_exp")
+    return "tiny call (us): " + "; ".join(
+        r["dtype"] + " " + ", ".join(f"{n} {1e6 * r[n + '_s']:.1f}" for n in names) for r in rows)
+
+
 def fmt_shapes(rows: list[dict]) -> str:
     """The shape benchmark as a fixed-width table: ours/torch per function, torch's time."""
     impls = ("sdpa", "blockwise", "decode_step", "multi_head_attention", "gemm")
@@ -394,7 +446,7 @@ def merge_record(path, what: str, **parts) -> None:
 
 def shape_settings(args) -> dict:
     """How the shapes and backward rows were timed, for the Performance page to quote."""
-    return {"repeats": args.shape_repeats, "gemm_block_rows": GEMM_ROWS}
+    return {"repeats": args.shape_repeats, "gemm_block_rows": GEMM_ROWS, "tiny_calls": TINY_CALLS}
 
 
 def bench_backward(repeats: int, lengths=LENGTHS) -> list[dict]:
@@ -523,6 +575,7 @@ def main(argv=None) -> int:
 
     if args.quick:
         print(fmt_shapes(bench_shapes(3, quick=True)))
+        print(fmt_tiny_profile(bench_tiny_profile(3)))
         return 0
     if args.only_backward:
         backward = bench_backward(args.shape_repeats, args.backward_lengths)
@@ -536,8 +589,10 @@ def main(argv=None) -> int:
     if args.only_shapes:
         shapes = bench_shapes(args.shape_repeats)
         print(fmt_shapes(shapes))
+        tiny_profile = bench_tiny_profile(args.shape_repeats)
+        print(fmt_tiny_profile(tiny_profile))
         if args.write:
-            merge_record(args.write, "shapes", shapes=shapes, shapes_machine=machine(),
+            merge_record(args.write, "shapes", shapes=shapes, tiny_profile=tiny_profile, shapes_machine=machine(),
                          shapes_settings=shape_settings(args))
         return 0
 
@@ -554,6 +609,8 @@ def main(argv=None) -> int:
     print(fmt_table(rows))
     shapes = bench_shapes(args.shape_repeats)
     print(fmt_shapes(shapes))
+    tiny_profile = bench_tiny_profile(args.shape_repeats)
+    print(fmt_tiny_profile(tiny_profile))
     backward = bench_backward(args.shape_repeats, args.backward_lengths)
     print(fmt_backward(backward))
     backward_memory = bench_backward_memory(args.memory_n)
@@ -584,6 +641,7 @@ def main(argv=None) -> int:
             "shape": {"batch": SHAPE_BH[0], "heads": SHAPE_BH[1], "E": E},
             "kernels": rows,
             "shapes": shapes,
+            "tiny_profile": tiny_profile,
             "shapes_settings": shape_settings(args),
             "backward_settings": shape_settings(args),
             "backward": backward,

@@ -576,6 +576,55 @@ def test_thread_count_does_not_change_the_result(monkeypatch, rng, reference_att
     np.testing.assert_allclose(blocks, expected, rtol=0, atol=1e-13)
 
 
+def _one_task_case(rng, name, dtype):
+    """``(q, k, v, options, one task expected)`` of a small call for `test_one_task_path_equals_the_task_path`."""
+    batch, L, S = {"no batch": ((), 6, 9), "bound": ((4,), 64, 64), "softcap over outer axes": ((2, 2), 64, 64),
+                   "bound over outer axes": ((2, 2), 64, 64)}.get(name, ((2, 3), 5, 7))
+    q, k, v = qkv(rng, batch, L, S, E=8, Ev=4, dtype=dtype)
+    heads = batch[-1] if batch else 1
+    options = {
+        "plain": {},
+        "no batch": {"scale": 0.7},
+        "causal": {"is_causal": True, "causal_alignment": "bottom-right"},
+        "mask with a fully masked row": {"mask": np.vstack([np.zeros((1, S), bool), rng.random((L - 1, S)) < 0.6])},
+        "bias and alibi": {"bias": rng.standard_normal((L, S)), "alibi_slopes": rng.random(heads)},
+        "window and sinks": {"window": (1, 2), "sinks": rng.standard_normal(heads)},
+        "softcap over outer axes": {"softcap": 5.0},
+    }.get(name, {})
+    if name == "bound over outer axes":
+        q[1] *= 30  # outer index 1 must subtract its row maxima, index 0 need not: separate tasks
+    if name == "overflowing sums" and dtype != np.float16:  # float16 input is worked in float32: no overflow
+        v *= np.finfo(dtype).max / 4  # some sums of e_j v_j overflow: the block is redone with scaled values
+    if name == "non-finite input":
+        q[0, 1, 2, 3] = np.inf
+    return q, k, v, options, name != "bound over outer axes"
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize(
+    "name",
+    ["plain", "no batch", "causal", "mask with a fully masked row", "bias and alibi", "window and sinks", "bound",
+     "softcap over outer axes", "bound over outer axes", "overflowing sums", "non-finite input"],
+)
+def test_one_task_path_equals_the_task_path_bitwise(monkeypatch, rng, dtype, name):
+    # A small call runs as one block of every head (private _kernel._one_task decides); forcing the task
+    # loop instead must give the same bits, since both run the same block step on the same slices.
+    from attention_ref import _kernel
+
+    q, k, v, options, one_task = _one_task_case(rng, name, dtype)
+    decisions = []
+    decide = _kernel._one_task
+    monkeypatch.setattr(_kernel, "_one_task", lambda *args: decisions.append(decide(*args)) or decisions[-1])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no RuntimeWarning on either path, non-finite input included
+        fast = scaled_dot_product_attention(q, k, v, **options)
+        monkeypatch.setattr(_kernel, "_one_task", lambda *args: False)
+        tasks = scaled_dot_product_attention(q, k, v, **options)
+    assert fast.dtype == tasks.dtype == q.dtype and fast.shape == tasks.shape
+    np.testing.assert_array_equal(fast.view(np.uint8), tasks.view(np.uint8))
+    assert decisions == [one_task]
+
+
 def test_dense_causal_output_does_not_build_the_full_mask(rng):
     # Without weights the dense kernel works block by block; the causal mask of each query block is built
     # when needed and dropped after its last head, so memory stays far below the (L, S) mask's 128 MiB.
