@@ -145,10 +145,27 @@ def _interleaved(cands: dict, repeats: int, number: int = 1) -> dict:
     return best
 
 
+#: Shortest timed sample (s): calls shorter than this are timed several in a row (timer and loop cost).
+MIN_SAMPLE_S = 2e-3
+
+
+def _calls_per_sample(cands: dict) -> int:
+    """Calls per timed sample so that the slowest candidate's sample lasts about `MIN_SAMPLE_S` (1 for long calls)."""
+    slowest = 0.0
+    for fn in cands.values():
+        fn()  # the first call pays for imports and caches
+        t0 = time.perf_counter()
+        fn()
+        slowest = max(slowest, time.perf_counter() - t0)
+    return max(1, int(MIN_SAMPLE_S / slowest))
+
+
 def _timed_row(cands: dict, repeats: int, **fields) -> dict:
-    """`fields` with each candidate's best time (``<name>_s``) and its ratio to torch's (``<name>_ratio``)."""
-    best = _interleaved(cands, repeats)
-    row = {**fields, **{f"{n}_s": t for n, t in best.items()}}
+    """`fields` with each candidate's best time per call (``<name>_s``), its ratio to torch's (``<name>_ratio``)
+    and the calls per timed sample."""
+    number = _calls_per_sample(cands)
+    best = _interleaved(cands, repeats, number)
+    row = {**fields, "calls_per_sample": number, **{f"{n}_s": t for n, t in best.items()}}
     if "torch" in best:
         row.update({f"{n}_ratio": t / best["torch"] for n, t in best.items() if n != "torch"})
     return row
@@ -446,7 +463,8 @@ def merge_record(path, what: str, **parts) -> None:
 
 def shape_settings(args) -> dict:
     """How the shapes and backward rows were timed, for the Performance page to quote."""
-    return {"repeats": args.shape_repeats, "gemm_block_rows": GEMM_ROWS, "tiny_calls": TINY_CALLS}
+    return {"repeats": args.shape_repeats, "gemm_block_rows": GEMM_ROWS, "tiny_calls": TINY_CALLS,
+            "min_sample_s": MIN_SAMPLE_S}
 
 
 def bench_backward(repeats: int, lengths=LENGTHS) -> list[dict]:

@@ -106,6 +106,20 @@ def test_the_execution_cache_follows_the_package_source(ext, tmp_path, monkeypat
     assert not stale.exists()
 
 
+def test_the_execution_cache_follows_the_installed_frameworks(ext, monkeypatch):
+    """Every framework a page can read from a record counts, with its version (a record may ask for a least one)."""
+    cache = ext("execution_cache")
+    from attention_ref.records import DISPLAY_NAMES
+
+    assert set(cache.OPTIONAL_FRAMEWORKS) == set(DISPLAY_NAMES) >= {"torch", "jax", "transformers"}
+    before = cache.source_fingerprint()
+    found = cache.installed_frameworks()
+    monkeypatch.setattr(cache, "installed_frameworks", lambda: [*found, "transformers==0.0.1"])
+    assert cache.source_fingerprint() != before
+    monkeypatch.setattr(cache, "installed_frameworks", lambda: found)
+    assert cache.source_fingerprint() == before
+
+
 def test_kernels_get_encrypted_channels_when_they_support_them(ext):
     zmq = require("zmq")
     execution = ext("chapter_execution")

@@ -4,10 +4,10 @@ Corrects: jupyter-cache (via MyST-NB's ``nb_execution_mode = "cache"``) keys an 
 notebook's own text only, so editing ``attention_ref`` would leave every chapter showing outputs of the old
 code. This extension points ``nb_execution_cache_path`` at ``<doctreedir>/jupyter_cache/<fingerprint>``, where
 the fingerprint hashes the package source, the figure style, the benchmark record the Performance chapter
-reads, and the frameworks record with the names of the optional frameworks installed (the frameworks page
-runs live with them and from the record without). Because ``nb_execution_cache_path`` is an "env" config
-value, a new fingerprint also makes Sphinx re-read every document. Caches of older fingerprints are removed,
-and each doctree folder has its own cache, so builds into different folders never share a database.
+reads, and the frameworks record with the names and versions of the optional frameworks installed (the
+frameworks page runs live with them and from the record without). Because ``nb_execution_cache_path`` is an
+"env" config value, a new fingerprint also makes Sphinx re-read every document. Caches of older fingerprints
+are removed, and each doctree folder has its own cache, so builds into different folders never share a database.
 
 It also builds matplotlib's font cache before any chapter runs (on a fresh machine matplotlib announces that
 build on stderr, which ``nb_output_stderr = "warn"`` turns into a build error), and keeps attention_ref's
@@ -21,10 +21,13 @@ MyST-NB 1.4.0 and jupyter-cache 1.0.1.
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import importlib.util
 import os
 import shutil
 from pathlib import Path
+
+from attention_ref.records import DISPLAY_NAMES
 
 DOCS = Path(__file__).resolve().parents[1]
 ROOT = DOCS.parent
@@ -43,8 +46,21 @@ def hash_files(paths) -> str:
 
 
 #: Optional frameworks a page runs live when they are installed and reads from a committed record otherwise
-#: (attention_ref.records): installing or removing one must re-execute those pages.
-OPTIONAL_FRAMEWORKS = ("torch", "jax")
+#: (the frameworks attention_ref.records names): installing, upgrading or removing one must re-execute those
+#: pages (a record can ask for a least version, so the version counts too).
+OPTIONAL_FRAMEWORKS = tuple(DISPLAY_NAMES)
+
+
+def installed_frameworks() -> list[str]:
+    """``name==version`` of each optional framework importable here."""
+    found = []
+    for name in OPTIONAL_FRAMEWORKS:
+        if importlib.util.find_spec(name) is not None:
+            try:
+                found.append(f"{name}=={importlib.metadata.version(name)}")
+            except importlib.metadata.PackageNotFoundError:  # importable without distribution metadata
+                found.append(name)
+    return found
 
 
 def source_fingerprint() -> str:
@@ -55,8 +71,7 @@ def source_fingerprint() -> str:
         ROOT / "benchmarks" / "results.json",  # read by the Performance chapter
         DOCS / "chapters" / "frameworks_record.json",  # read without torch and JAX (attention_ref.records)
     ])
-    installed = [name for name in OPTIONAL_FRAMEWORKS if importlib.util.find_spec(name) is not None]
-    return hashlib.sha256(f"{files} {' '.join(installed)}".encode()).hexdigest()[:16]
+    return hashlib.sha256(f"{files} {' '.join(installed_frameworks())}".encode()).hexdigest()[:16]
 
 
 def configure_execution_cache(app, config):
