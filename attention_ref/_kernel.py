@@ -342,7 +342,9 @@ def _attend(c: _Call, idx: tuple, rows: slice, extras, scratch: np.ndarray | Non
     sink = None if c.sinks is None else np.asarray(c.sinks[idx])[..., None, None]
     k_idx, v_idx = c.k[(*idx, keys)], c.v[(*idx, keys)]  # (g, s, E), (g, s, Ev)
     with np.errstate(invalid="ignore", over="ignore"):  # per thread: errstate is thread-local
-        q_block = c.q[(*idx, rows)] * c.scale  # (g, l, E): scale the queries, not the (l, S) scores
+        # (g, l, E): scale the queries, not the (l, S) scores; C order whatever the input's, so that the products
+        # see the same layout whether a block holds one head or all of them
+        q_block = np.multiply(c.q[(*idx, rows)], c.scale, order="C")
         shift = _needs_shift(c, q_block, key_norm)
         for redo in (False, True):
             buffer = None if scratch is None else scratch[: target.size // target.shape[-1] * n_keys].reshape(
@@ -389,15 +391,16 @@ def _one_task(c: _Call, all_heads_at_once: bool, n_outer: int, serial: bool) -> 
 
     True when the plan is a single task (one query block of every head,
     `all_heads_at_once`, at the one index of the outer batch axes), or `serial` tasks that
-    differ only in the outer batch index and take the same shift decision
-    (the row maximum always subtracted, or the soft cap as bound), whose
-    scores together fit `BLOCK_BYTES`.
+    differ only in the outer batch index and always subtract the row
+    maximum, whose scores together fit `BLOCK_BYTES`. (A block whose sums
+    overflowed is redone with the values scaled by a power of two, which
+    gives its other entries the same bits only when it was shifted already.)
     """
     if not all_heads_at_once:
         return False
     if n_outer == 1:
         return True
-    same_shift = c.limit <= 0 or c.p.softcap is not None
+    same_shift = c.limit <= 0  # else the bound or the soft cap may leave a block unshifted
     return serial and same_shift and c.out.size // c.out.shape[-1] * c.p.n_keys * c.out.itemsize <= BLOCK_BYTES
 
 

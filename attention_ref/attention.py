@@ -220,6 +220,9 @@ def _batch_shapes(q, k, v, mask, bias, enable_gqa) -> tuple[tuple[int, ...], tup
 
 def prepare_attention(q, k, v, **options) -> AttentionProblem:
     """Check and normalise `q`, `k`, `v` and the shared options (`_options.OPTIONS`; defaults for those not given)."""
+    unknown = options.keys() - OPTIONS.keys()
+    if unknown:
+        raise TypeError(f"prepare_attention() got unexpected keyword arguments {sorted(unknown)}")
     options = OPTIONS | options
     mask, bias, window, scale, softcap = (options[name] for name in ("mask", "bias", "window", "scale", "softcap"))
     alibi_slopes, sinks, causal_alignment = options["alibi_slopes"], options["sinks"], options["causal_alignment"]

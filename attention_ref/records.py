@@ -62,8 +62,17 @@ def _release(version: str) -> tuple[int, ...]:
 
 
 def _recent_enough(name: str, minimum: str | None) -> bool:
-    """Whether the installed distribution `name` is at least version `minimum` (any version when None)."""
-    return minimum is None or _release(importlib.metadata.version(name)) >= _release(minimum)
+    """Whether the installed distribution `name` is at least version `minimum` (any version when None).
+
+    An importable package without distribution metadata (a source tree on the path) has no version to compare:
+    it does not count as recent enough, and the page reads the record.
+    """
+    if minimum is None:
+        return True
+    try:
+        return _release(importlib.metadata.version(name)) >= _release(minimum)
+    except importlib.metadata.PackageNotFoundError:
+        return False
 
 
 class FrameworkRecord:

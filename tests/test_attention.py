@@ -590,21 +590,30 @@ def _one_task_case(rng, name, dtype):
         "bias and alibi": {"bias": rng.standard_normal((L, S)), "alibi_slopes": rng.random(heads)},
         "window and sinks": {"window": (1, 2), "sinks": rng.standard_normal(heads)},
         "softcap over outer axes": {"softcap": 5.0},
+        "softcap and an overflowing entry": {"softcap": 5.0},
+        "Fortran-ordered queries and sinks": {"sinks": 3 * rng.standard_normal(heads)},
     }.get(name, {})
+    if name == "Fortran-ordered queries and sinks":
+        q = np.asfortranarray(q[:, :1])  # one query head for all: the same layout in one block and per head
     if name == "bound over outer axes":
         q[1] *= 30  # outer index 1 must subtract its row maxima, index 0 need not: separate tasks
     if name == "overflowing sums" and dtype != np.float16:  # float16 input is worked in float32: no overflow
         v *= np.finfo(dtype).max / 4  # some sums of e_j v_j overflow: the block is redone with scaled values
+    if name == "softcap and an overflowing entry" and dtype != np.float16:
+        v[0] *= np.finfo(dtype).max / 4  # outer index 0 is redone (shifted, scaled values); index 1 must not be
     if name == "non-finite input":
         q[0, 1, 2, 3] = np.inf
-    return q, k, v, options, name != "bound over outer axes"
+    # Unshifted blocks over several outer indices run as separate tasks: a redo must touch only its own entries.
+    separate = ("bound over outer axes", "softcap over outer axes", "softcap and an overflowing entry")
+    return q, k, v, options, name not in separate
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize(
     "name",
     ["plain", "no batch", "causal", "mask with a fully masked row", "bias and alibi", "window and sinks", "bound",
-     "softcap over outer axes", "bound over outer axes", "overflowing sums", "non-finite input"],
+     "softcap over outer axes", "softcap and an overflowing entry", "bound over outer axes", "overflowing sums",
+     "non-finite input", "Fortran-ordered queries and sinks"],
 )
 def test_one_task_path_equals_the_task_path_bitwise(monkeypatch, rng, dtype, name):
     # A small call runs as one block of every head (private _kernel._one_task decides); forcing the task

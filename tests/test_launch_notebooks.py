@@ -109,6 +109,28 @@ def test_the_check_finds_a_stale_notebook(launch, tmp_path):
     assert set(rebuilt["metadata"]) == {"kernelspec", "language_info", "attention_ref"}
 
 
+def test_outputs_that_moved_with_the_machine_are_not_stale_but_text_is(launch, tmp_path):
+    """A printed number or figure that differs on another machine leaves the notebook current; its Markdown or
+    code changing does not."""
+    docs, target, site = tmp_path / "docs", tmp_path / "notebooks", tmp_path / "html"
+    (docs / "chapters").mkdir(parents=True)
+    (site / "_sources" / "chapters").mkdir(parents=True)
+    page = "chapters/01_queries_keys_values"
+    (docs / f"{page}.md").write_text((launch.DOCS / f"{page}.md").read_text())
+    built = _as_built(launch, page, docs / f"{page}.md")
+    (site / "_sources" / f"{page}.ipynb").write_text(json.dumps(built))
+    launch.write(target, docs, site, install=REQUIREMENT)
+    path = target / f"{page}.ipynb"
+    committed = json.loads(path.read_text())
+    code = next(cell for cell in committed["cells"][1:] if cell["cell_type"] == "code")
+    code["outputs"] = [{"output_type": "stream", "name": "stdout", "text": "ran elsewhere: 3.095\n"}]
+    path.write_text(json.dumps(committed))
+    assert launch.stale(target, docs, site) == {}
+    code["source"] += "\n# edited"
+    path.write_text(json.dumps(committed))
+    assert set(launch.stale(target, docs, site)) == {path}
+
+
 def test_without_a_build_it_says_to_build_first(launch, tmp_path):
     with pytest.raises(launch.BookNotBuilt, match="run `make docs` first"):
         launch.stale(tmp_path / "notebooks", launch.DOCS, tmp_path / "html")

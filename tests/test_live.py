@@ -98,7 +98,7 @@ def _run(cell, timeout=60_000):
         button.click()
         try:
             cell.page.wait_for_function("([c, n]) => Number(c.dataset.runs || 0) > n",
-                                        arg=[cell.element_handle(), runs], timeout=5_000)
+                                        arg=[cell.element_handle(), runs], timeout=10_000)
             break
         except Exception as error:
             # Seen in CI under load: a press that never reached the handler. CodeMirror measures an editor's

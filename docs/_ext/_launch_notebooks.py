@@ -101,12 +101,25 @@ def _expected(target, docs, site, install_for):
     return expected, existing - set(expected)
 
 
+def _without_outputs(text):
+    """A notebook's text with its code cells' outputs left out: what must match the chapter exactly."""
+    notebook = json.loads(text)
+    for cell in notebook.get("cells", []):
+        if cell.get("cell_type") == "code":
+            cell["outputs"] = []
+    return notebook
+
+
 def stale(target=TARGET, docs=DOCS, site=SITE):
     """Files under `target` that differ from their chapter (missing, changed or left over), with what each should hold
-    (None: remove). Each is rebuilt with the requirement it records."""
+    (None: remove). Each is rebuilt with the requirement it records.
+
+    The code and the Markdown (with the values the prose quotes) must match; the outputs need not, since what a
+    cell prints can move with the machine that ran the build (a traced memory peak, a deviation from PyTorch, a
+    figure's pixels) while the chapter stays the same. ``make notebooks`` refreshes them with everything else."""
     expected, left_over = _expected(target, docs, site, _recorded_install)
     out = {path: text for path, text in expected.items()
-           if not path.is_file() or path.read_text(encoding="utf-8") != text}
+           if not path.is_file() or _without_outputs(path.read_text(encoding="utf-8")) != _without_outputs(text)}
     out.update({path: None for path in left_over})
     return out
 

@@ -325,7 +325,9 @@
       for (const out of entry.staticOutputs) out.hidden = true;
       entry.output.hidden = false;
       entry.output.replaceChildren();
-      entry.box.dataset.runs = String(Number(entry.box.dataset.runs || 0) + 1); // presses of Run, for the tests
+      const run = Number(entry.box.dataset.runs || 0) + 1; // this press; a later press supersedes it
+      entry.box.dataset.runs = String(run); // presses of Run, for the tests
+      const current = () => Number(entry.box.dataset.runs) === run;
       entry.box.dataset.state = "queued";
       entry.count.textContent = "queued";
       entry.drawing = [];
@@ -338,10 +340,12 @@
         entry.output.append(element("pre", { class: "live-code-error" }, this.status.textContent));
         return;
       }
+      if (!current()) return; // pressed again while waiting for the kernel: the later run reports
       entry.box.dataset.state = "running";
       entry.count.textContent = "running…";
       let stream = null;
       await kernel.execute(entry.editor.value, (type, content) => {
+        if (!current()) return; // a later run of this cell cleared the output: this one's output is not shown
         if (type === "stream") {
           if (!stream || stream.dataset.name !== content.name) {
             stream = element("pre", { class: `live-code-stream live-code-${content.name}`, "data-name": content.name }, "");
@@ -359,8 +363,8 @@
         else if (type === "restarted") entry.output.append(element("pre", { class: "live-code-error" }, "Stopped: the kernel was restarted."));
         if (type === "execute_input") entry.count.textContent = `run ${content.execution_count}`;
       });
-      await Promise.all(entry.drawing); // "done" once the figures are decoded and laid out, not while they still resize
-      entry.box.dataset.state = "done";
+      await Promise.all(entry.drawing); // "done" once the figures are decoded (their size known), not before
+      if (current()) entry.box.dataset.state = "done";
     }
 
     showData(entry, data) {
