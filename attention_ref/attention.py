@@ -107,11 +107,8 @@ class AttentionProblem:
 
     def inside_window(self, rows: slice, cols: slice) -> bool:
         """Whether the window lets every query ``rows`` see every key ``cols`` (no window mask needed)."""
-        if self.window is None:
-            return True
-        left, right = self.window
-        first, last = rows.start + self.offset, rows.stop - 1 + self.offset  # key positions of the end rows
-        return (left is None or cols.start >= last - left) and (right is None or cols.stop - 1 <= first + right)
+        start, stop = self.inside_keys(rows)
+        return cols.start >= start and cols.stop <= stop
 
     def cap(self, scores: np.ndarray) -> np.ndarray:
         """Apply the soft cap ``softcap * tanh(scores / softcap)`` to `scores` in place (if there is one)."""

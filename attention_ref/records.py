@@ -61,18 +61,27 @@ def _release(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in match.group().split("."))
 
 
+def installed_version(name: str) -> str | None:
+    """The installed version of the framework `name`: None if it cannot be imported, "" if it has no
+    distribution metadata (a source tree on the path)."""
+    if not _installed(name):
+        return None
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return ""
+
+
 def _recent_enough(name: str, minimum: str | None) -> bool:
     """Whether the installed distribution `name` is at least version `minimum` (any version when None).
 
-    An importable package without distribution metadata (a source tree on the path) has no version to compare:
-    it does not count as recent enough, and the page reads the record.
+    An importable package without distribution metadata has no version to compare: it does not count as recent
+    enough, and the page reads the record.
     """
     if minimum is None:
         return True
-    try:
-        return _release(importlib.metadata.version(name)) >= _release(minimum)
-    except importlib.metadata.PackageNotFoundError:
-        return False
+    version = installed_version(name)
+    return version is not None and version != "" and _release(version) >= _release(minimum)
 
 
 class FrameworkRecord:

@@ -21,13 +21,11 @@ MyST-NB 1.4.0 and jupyter-cache 1.0.1.
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
-import importlib.util
 import os
 import shutil
 from pathlib import Path
 
-from attention_ref.records import DISPLAY_NAMES
+from attention_ref.records import DISPLAY_NAMES, installed_version
 
 DOCS = Path(__file__).resolve().parents[1]
 ROOT = DOCS.parent
@@ -53,14 +51,8 @@ OPTIONAL_FRAMEWORKS = tuple(DISPLAY_NAMES)
 
 def installed_frameworks() -> list[str]:
     """``name==version`` of each optional framework importable here."""
-    found = []
-    for name in OPTIONAL_FRAMEWORKS:
-        if importlib.util.find_spec(name) is not None:
-            try:
-                found.append(f"{name}=={importlib.metadata.version(name)}")
-            except importlib.metadata.PackageNotFoundError:  # importable without distribution metadata
-                found.append(name)
-    return found
+    versions = {name: installed_version(name) for name in OPTIONAL_FRAMEWORKS}
+    return [f"{name}=={version}" if version else name for name, version in versions.items() if version is not None]
 
 
 def source_fingerprint() -> str:
