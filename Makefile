@@ -8,6 +8,10 @@ PIP := $(PY) -m pip install -qq
 # PyTorch is only needed by the conformance tests; `make test TORCH=` skips installing it.
 TORCH ?= torch==2.13.0
 # `make docs` installs only what the book needs (the docs extra); `make test` adds the test and browser tools.
+# Every install takes its exact versions, transitive ones included, from the committed lock in requirements/
+# (pip constraints files written by uv): a new release of a dependency changes nothing here until
+# `make upgrade-deps` moves the lock in a commit of its own. pyproject.toml keeps the ranges users get.
+LOCK := requirements
 DOCS_STAMP := $(VENV)/.installed-docs
 LIVE_STAMP := $(VENV)/.installed-live
 TEST_STAMP := $(VENV)/.installed-test-$(shell printf '%s' '$(TORCH)' | tr -c 'A-Za-z0-9.' '_')
@@ -16,20 +20,20 @@ BUILD := docs/_build
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 1700000000)
 export SOURCE_DATE_EPOCH
 
-.PHONY: all venv docs docs-clean notebooks serve test test-fast lint bench bench-quick chromium clean
+.PHONY: all lock upgrade-deps venv docs docs-clean notebooks serve test test-fast lint bench bench-quick chromium clean
 
 all: test
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) --upgrade pip
+	$(PIP) -r $(LOCK)/tools.txt
 
-$(DOCS_STAMP): pyproject.toml | $(PY)
-	$(PIP) -e '.[docs]'
+$(DOCS_STAMP): pyproject.toml $(LOCK)/docs.txt | $(PY)
+	$(PIP) -e '.[docs]' -c $(LOCK)/docs.txt
 	@touch $@
 
-$(TEST_STAMP): pyproject.toml $(DOCS_STAMP)
-	$(PIP) -e '.[test,docs,browser,live]' $(TORCH)
+$(TEST_STAMP): pyproject.toml $(LOCK)/test.txt $(DOCS_STAMP)
+	$(PIP) -e '.[test,docs,browser,live]' $(TORCH) -c $(LOCK)/test.txt
 	@rm -f $(VENV)/.installed-test-*
 	@touch $@
 
@@ -48,8 +52,8 @@ docs-clean:
 notebooks: docs
 	$(PY) docs/_ext/_launch_notebooks.py
 
-$(LIVE_STAMP): pyproject.toml $(DOCS_STAMP)
-	$(PIP) -e '.[docs,live]'
+$(LIVE_STAMP): pyproject.toml $(LOCK)/live.txt $(DOCS_STAMP)
+	$(PIP) -e '.[docs,live]' -c $(LOCK)/live.txt
 	@touch $@
 
 ## The book (built first if anything changed) on http://127.0.0.1:$(PORT)/ with a Jupyter kernel server beside it
@@ -89,6 +93,27 @@ chromium:
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
 		|| echo "warning: could not install chromium; browser tests will skip (or fail in CI)"; \
 	else echo "note: /usr/bin/chromium missing and not root; browser tests will skip"; fi
+
+## The lock. Each file pins a set of extras for Python 3.11; live.txt and test.txt are resolved within the one
+## before them, so the three agree on every package they share. docs.txt and live.txt hold for any platform (Read
+## the Docs, Binder, a reader's laptop); test.txt is this Linux x86-64 machine's, with PyTorch's CPU build.
+## `make lock` re-resolves after a change to pyproject.toml, keeping every pin it can; `make upgrade-deps` moves
+## every pin to the newest release, then rebuilds the committed notebooks and runs every test: commit the result
+## (requirements/, notebooks/) as one reviewed change.
+UV_COMPILE = $(VENV)/bin/uv pip compile -q --python-version 3.11 $(if $(wildcard /opt/wheels),--find-links /opt/wheels) \
+	--custom-compile-command 'make upgrade-deps' $(UPGRADE)
+lock: | $(PY)
+	$(PIP) -r $(LOCK)/tools.txt
+	$(UV_COMPILE) --universal $(LOCK)/tools.in -o $(LOCK)/tools.txt
+	$(UV_COMPILE) --universal pyproject.toml --extra docs -o $(LOCK)/docs.txt
+	$(UV_COMPILE) --universal pyproject.toml --extra docs --extra live -c $(LOCK)/docs.txt -o $(LOCK)/live.txt
+	$(UV_COMPILE) pyproject.toml $(LOCK)/torch.in --extra test --extra docs --extra browser --extra live \
+		-c $(LOCK)/live.txt -o $(LOCK)/test.txt
+
+upgrade-deps:
+	$(MAKE) lock UPGRADE=--upgrade
+	$(MAKE) notebooks
+	$(MAKE) test
 
 clean: docs-clean
 	rm -rf $(VENV) .pytest_cache .hypothesis .ruff_cache .mypy_cache

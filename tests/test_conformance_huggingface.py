@@ -45,6 +45,8 @@ Without transformers (or torch) these tests skip locally and fail in CI (``requi
 ``test`` extra.
 """
 
+import inspect
+
 import numpy as np
 import pytest
 from conftest import require
@@ -526,13 +528,16 @@ def test_layer_prefill_then_decode_with_a_cache(hf, record_deviation, name):
     cos, sin = (t.numpy() for t in rotary(hf, cfg, positions))
     hf_cache, our_cache = hf.DynamicCache(config=cfg), ar.KVCache(max_len=W if name == "mistral" else None)
     steps = [slice(0, L), *(slice(t, t + 1) for t in range(L, L + 3))]
+    # transformers 5.24 renamed the attention modules' `past_key_values` argument `cache` (the old name now warns,
+    # an error here); 5.23 knows only `past_key_values`.
+    cache_keyword = "cache" if "cache" in inspect.signature(module.forward).parameters else "past_key_values"
     for step in steps:
         rows = positions[:, step]
         mask = make_mask(hf, cfg, rows.shape[1], cache=hf_cache, sliding=name == "mistral")
         with torch.no_grad():
             out, _ = module(torch.from_numpy(x[:, step]), (torch.from_numpy(cos[:, step]),
                                                            torch.from_numpy(sin[:, step])),
-                            mask, past_key_values=hf_cache)
+                            mask, **{cache_keyword: hf_cache})
         ours = our_layer(params, x[:, step], cos[:, step], sin[:, step], rows, cache=our_cache)
         compare(record_deviation, f"transformers {name} layer with cache", ours, out.numpy())
     full = our_layer(params, x, cos, sin, positions, is_causal=True,

@@ -68,7 +68,10 @@ def test_config_builds_like_make_docs(config):
     assert config["version"] == 2
     assert config["sphinx"]["fail_on_warning"] is True
     assert (ROOT / config["sphinx"]["configuration"]).is_file()
-    (install,) = config["python"]["install"]
+    lock, install = config["python"]["install"]
+    # The committed lock's exact versions, as `make docs` installs them (Makefile: -c requirements/docs.txt).
+    assert lock == {"requirements": "requirements/docs.txt"}
+    assert "-c $(LOCK)/docs.txt" in (ROOT / "Makefile").read_text()
     assert install["method"] == "pip" and install["path"] == "."
     extras = pyproject["project"]["optional-dependencies"]
     # The docs extra and nothing else: the hosted book is built without PyTorch, JAX and transformers, as the last
@@ -117,7 +120,7 @@ def docs_only_env(config, tmp_path_factory):
     """The environment of a build with Read the Docs' extras only: everything else unimportable."""
     require("packaging")
     shim = tmp_path_factory.mktemp("docs_only")
-    blocked = modules_outside(config["python"]["install"][0]["extra_requirements"])
+    blocked = modules_outside(config["python"]["install"][-1]["extra_requirements"])
     (shim / "sitecustomize.py").write_text(
         "# Makes what Read the Docs would not install unimportable (tests/test_readthedocs.py).\n"
         "import sys\n\n"
