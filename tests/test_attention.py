@@ -1018,3 +1018,33 @@ def test_banded_blocks_add_the_mask_on_the_band_edges_only(monkeypatch, rng, win
     allowed = sliding_window_mask(300, 300, window=window)
     got = scaled_dot_product_attention(q, k, v, window=window)
     np.testing.assert_allclose(got, scaled_dot_product_attention(q, k, v, mask=allowed), rtol=1e-12, atol=1e-13)
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+@pytest.mark.parametrize("loud", [0, 1])
+def test_one_call_with_heads_of_very_different_score_sizes(reference_attention, monkeypatch, loud, threads):
+    """One batched call (the kernel's one-task path: every head in one product, at least 2^14 scores, no bias)
+    where one head's scores sit near -730, past float64's smallest normal exp(-708): unless that head subtracts its
+    row maxima, its exp values are subnormal, with about 7 significant digits. The kernel decides whether to shift
+    from |q_i| max_j |k_j| over every head of the block; a decision read off the quiet head alone leaves the loud
+    head unshifted. Both orders of the heads, so neither the first nor the last head alone can stand for all. One
+    thread runs the whole call as one block (`_kernel._one_task`); two split the queries into tasks of both heads."""
+    monkeypatch.setenv("ATTENTION_REF_NUM_THREADS", threads)
+    gen = np.random.default_rng(41)
+    H, L, S, E = 2, 128, 160, 8
+    q = gen.standard_normal((H, L, E))
+    k = gen.standard_normal((H, S, E))
+    v = gen.standard_normal((H, S, E))
+    # The loud head: every query near e_0, every key near -730 sqrt(E) e_0, so its scores are -730 +- a few.
+    q[loud] = 0.01 * gen.standard_normal((L, E))
+    q[loud, :, 0] = 1.0
+    k[loud] = 0.01 * gen.standard_normal((S, E))
+    k[loud, :, 0] = -730.0 * np.sqrt(E) * (1 + 0.003 * gen.standard_normal(S))
+    scores = np.einsum("le,se->ls", q[loud], k[loud]) / np.sqrt(E)
+    assert -745 < scores.min() and scores.max() < -715, (scores.min(), scores.max())
+    expected, weights = reference_attention(q, k, v)
+    assert weights[loud].max() > 0.05  # the loud head's weights are far from uniform: the scores differ
+    out = scaled_dot_product_attention(q, k, v)
+    # Scores near -730 carry an absolute rounding error of about 730 ulp(1) = 1.6e-13 into the weights, in either
+    # computation; unshifted subnormal weights are off by 1e-7 and more.
+    np.testing.assert_allclose(out, expected, rtol=0, atol=2e-12)

@@ -217,14 +217,72 @@ def test_dropout_with_v_broadcasting_the_weights_draws_the_weights_mask_once():
             np.testing.assert_allclose(b, a, rtol=0, atol=1e-14)
 
 
-def test_grouped_query_gradients_sum_over_each_group():
-    q, k, v, dout, options = problem("gqa")
-    grads = attention_backward(q, k, v, dout, **options)
-    repeated = attention_backward(q, np.repeat(k, 2, axis=-3), np.repeat(v, 2, axis=-3), dout)
+@pytest.mark.parametrize("block_size", [None, 2])
+@pytest.mark.parametrize(("heads", "kv_heads"), [(2, 1), (4, 2), (6, 2), (6, 3)])
+def test_grouped_query_gradients_sum_over_each_group(heads, kv_heads, block_size):
+    """Query head h reads key/value head h // (H / Hk): dk and dv of a key/value head are the sums over its own
+    group of H / Hk consecutive query heads (with H = 2, Hk = 1 every grouping gives the same sum; with H = 4, Hk = 2
+    an interleaved grouping does not)."""
+    g = np.random.default_rng(heads * 10 + kv_heads)
+    group = heads // kv_heads
+    q, dout = g.standard_normal((B, heads, L, E)), g.standard_normal((B, heads, L, EV))
+    k, v = g.standard_normal((B, kv_heads, S, E)), g.standard_normal((B, kv_heads, S, EV))
+    sinks = g.standard_normal(heads)  # per query head: the groups differ in more than their queries
+    grads = attention_backward(q, k, v, dout, enable_gqa=True, sinks=sinks, block_size=block_size)
+    repeated = attention_backward(q, np.repeat(k, group, axis=-3), np.repeat(v, group, axis=-3), dout, sinks=sinks,
+                                  block_size=block_size)
     np.testing.assert_allclose(grads.dq, repeated.dq, rtol=0, atol=1e-15)
+    np.testing.assert_allclose(grads.dsinks, repeated.dsinks, rtol=0, atol=1e-15)
     for got, full in ((grads.dk, repeated.dk), (grads.dv, repeated.dv)):
         assert got.shape == k.shape[:-1] + got.shape[-1:]
-        np.testing.assert_allclose(got, full.reshape(B, 1, 2, S, -1).sum(axis=2), rtol=0, atol=1e-14)
+        np.testing.assert_allclose(got, full.reshape(B, kv_heads, group, S, -1).sum(axis=2), rtol=0, atol=1e-14)
+    # And against central differences of the independent formula (with its own GQA pairing) on one key head.
+    expected = numeric_grads(q, k, v, dout, {"enable_gqa": True, "sinks": sinks})
+    top = max(np.abs(e).max() for e in expected.values())
+    for field in ("dq", "dk", "dv", "dsinks"):
+        np.testing.assert_allclose(getattr(grads, field), expected[field], rtol=0, atol=1e-7 * top, err_msg=field)
+
+
+@pytest.mark.parametrize("block_size", [None, 2, (3, 2)])
+@pytest.mark.parametrize("offset", [-750.0, 750.0])
+def test_scores_hundreds_from_zero_change_no_gradient(offset, block_size):
+    """A constant added to every score of a row leaves the weights, so every gradient, as they were. With the
+    bias 750 from zero, each row's log-sum-exp is about 750: exp(750) overflows and exp(-750) underflows, so the
+    weights must be formed as exp(x - lse), never as exp(x) / exp(lse). Dense and tiled."""
+    q, k, v, dout, options = problem("everything", seed=9)
+    options.pop("sinks")  # a sink is not shifted with the scores
+    near = attention_backward(q, k, v, dout, block_size=block_size, **options)
+    far = attention_backward(q, k, v, dout, block_size=block_size, **{**options, "bias": options["bias"] + offset})
+    _, lse = blockwise_attention(q, k, v, return_lse=True, **{**options, "bias": options["bias"] + offset})
+    assert np.abs(lse).min() > 700, np.abs(lse).min()
+    for field, a, b in zip(AttentionGrads._fields, near, far, strict=True):
+        if a is not None:
+            assert np.isfinite(b).all(), field
+            # the scores carry an absolute rounding error of about 750 ulp(1) = 1.7e-13
+            np.testing.assert_allclose(b, a, rtol=0, atol=1e-11 * np.abs(a).max(), err_msg=field)
+
+
+@pytest.mark.parametrize("block_size", [None, 2])
+@pytest.mark.parametrize("dropout_p", [0.25, 0.6])
+def test_dropout_gradients_equal_the_written_out_formula(dropout_p, block_size):
+    """A second, independent check of dropout's backward: FlashAttention's formulas written out with the kept
+    weights the forward returns. With P the weights and Z = keep / (1 - p): O = (P * Z) V, dV = (P * Z)^T dO,
+    dP = (dO V^T) * Z, D = rowsum(dO * O), dS = P * (dP - D), dQ = scale dS K, dK = scale dS^T Q."""
+    q, k, v, dout, _ = problem("plain", seed=13)
+    scale = 1 / np.sqrt(E)
+    dropped_out, dropped = scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, return_weights=True,
+                                                        rng=np.random.default_rng(5))
+    _, weights = scaled_dot_product_attention(q, k, v, return_weights=True)
+    z = np.divide(dropped, weights, out=np.zeros_like(weights), where=weights > 0)  # keep / (1 - p)
+    assert set(np.round(np.unique(z), 12)) == {0.0, round(1 / (1 - dropout_p), 12)}  # both kept and dropped
+    dp = (dout @ np.swapaxes(v, -1, -2)) * z
+    ds = weights * (dp - np.sum(dout * dropped_out, axis=-1, keepdims=True))
+    expected = {"dq": scale * ds @ k, "dk": scale * np.swapaxes(ds, -1, -2) @ q,
+                "dv": np.swapaxes(dropped, -1, -2) @ dout}
+    grads = attention_backward(q, k, v, dout, dropout_p=dropout_p, rng=np.random.default_rng(5),
+                               block_size=block_size)
+    for field, want in expected.items():
+        np.testing.assert_allclose(getattr(grads, field), want, rtol=0, atol=1e-13, err_msg=field)
 
 
 @pytest.mark.parametrize("shape", [(), (S,), (1, S), (L, 1), (H, 1, S), (B, 1, L, S), (1, H, L, S)])
@@ -278,7 +336,9 @@ DTYPES = ["float16", "bfloat16", "float32"]
 
 @pytest.mark.parametrize("block_size", [None, 2])
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_low_precision_in_same_dtype_out_close_to_float64(dtype, block_size):
+def test_low_precision_gradients_are_the_float64_ones_rounded_once(dtype, block_size):
+    """A precision check, not a correctness one: low-precision gradients against the package's own float64
+    gradients of the same (rounded) inputs, which the central-difference tests above check."""
     if dtype == "bfloat16":
         dtype = require("ml_dtypes").bfloat16
     q, k, v, dout, options = problem("everything")
@@ -293,7 +353,8 @@ def test_low_precision_in_same_dtype_out_close_to_float64(dtype, block_size):
     for field, got, want in zip(AttentionGrads._fields, grads, exact, strict=True):
         assert got.dtype == np.dtype(dtype), field
         top = np.abs(want).max()
-        # computed in float32: only the final rounding to the dtype shows (bfloat16's eps covers float16's)
+        # float16 and bfloat16 are worked in float64, float32 in float32: the float32 work and the final rounding
+        # to the dtype show (bfloat16's eps covers float16's)
         np.testing.assert_allclose(got.astype(np.float64), want, rtol=0, atol=4 * eps * top, err_msg=field)
 
 

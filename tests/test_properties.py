@@ -278,9 +278,11 @@ def test_options_equal_the_independent_formula(reference_attention, inputs, data
 
 
 @given(attention_inputs(heads=True), st.sampled_from(["float16", "bfloat16"]), st.data())
-def test_low_precision_kernels_pass_the_checker(inputs, name, data):
-    """The package's own blockwise forward and tiled backward in float16/bfloat16, every option drawn, pass
-    assert_attention_close and assert_attention_grads_close (float32 inside, one rounding at the end)."""
+def test_low_precision_kernels_stay_within_the_checkers_rounding_budget(inputs, name, data):
+    """A precision check, not a correctness one: the checkers' float64 reference is the package itself, so this
+    shows that the package's blockwise forward and tiled backward in float16/bfloat16, every option drawn, round
+    no worse than FlashAttention's 2x rule allows. Correctness of the float64 results is checked against the
+    independent formula (test_properties_blockwise.py, test_properties_backward.py) and PyTorch."""
     from attention_ref import attention_backward, blockwise_attention
     from attention_ref.testing import assert_attention_close, assert_attention_grads_close
 
