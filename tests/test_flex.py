@@ -198,6 +198,7 @@ def test_matches_torch_flex_attention(tt, record_deviation, name):
     assert_same(record_deviation, name, ours, theirs, ours_lse, theirs_lse)
 
 
+@pytest.mark.torch
 def test_case_list_is_complete(torch):
     assert sorted(CASE_NAMES) == sorted(cases(torch))
 
