@@ -54,6 +54,21 @@ from .attention import scaled_dot_product_attention
 from .backward import AttentionGrads, attention_backward
 from .blockwise import blockwise_attention, merge_attention
 from .decoding import KVCache, decode_step
+from .flex import block_mask_to_dense, flex_attention, flex_attention_backward
+from .flex_mods import (
+    alibi_score_mod,
+    and_masks,
+    causal_mask_mod,
+    chain_score_mods,
+    chunked_mask_mod,
+    document_mask_mod,
+    noop_mask,
+    or_masks,
+    prefix_lm_mask_mod,
+    relative_bias_score_mod,
+    sliding_window_mask_mod,
+    softcap_score_mod,
+)
 from .masks import causal_mask, mask_to_bias, padding_mask, sliding_window_mask
 from .multihead import MultiHeadParams, init_multi_head_params, merge_heads, multi_head_attention, split_heads
 from .plotting import plot_attention, plot_heads
@@ -68,12 +83,21 @@ __all__ = [
     "KVCache",
     "MultiHeadParams",
     "alibi_bias",
+    "alibi_score_mod",
     "alibi_slopes",
+    "and_masks",
     "apply_rope",
     "attention_backward",
+    "block_mask_to_dense",
     "blockwise_attention",
     "causal_mask",
+    "causal_mask_mod",
+    "chain_score_mods",
+    "chunked_mask_mod",
     "decode_step",
+    "document_mask_mod",
+    "flex_attention",
+    "flex_attention_backward",
     "init_multi_head_params",
     "log_softmax",
     "logsumexp",
@@ -81,12 +105,18 @@ __all__ = [
     "merge_attention",
     "merge_heads",
     "multi_head_attention",
+    "noop_mask",
+    "or_masks",
     "padding_mask",
     "plot_attention",
     "plot_heads",
+    "prefix_lm_mask_mod",
+    "relative_bias_score_mod",
     "scaled_dot_product_attention",
     "sinusoidal_positions",
     "sliding_window_mask",
+    "sliding_window_mask_mod",
+    "softcap_score_mod",
     "softmax",
     "split_heads",
     "varlen_attention",

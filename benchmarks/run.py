@@ -420,6 +420,34 @@ def bench_window(n: int, window: tuple[int, int] = WINDOW) -> dict:
     }
 
 
+def bench_flex(n: int) -> dict:
+    """flex_attention at L = S = n, E = 64, float64, one head: no mask, a mask hiding half the tiles, causal.
+
+    The half mask is two documents of n / 2 positions (`document_mask_mod`): it hides exactly the two
+    off-diagonal quarters, half of the (256, 256) tiles, which cost no product. Each call timed and traced.
+    """
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.standard_normal((1, 1, n, E)) for _ in range(3))
+    mods = {"full": None, "half": ar.document_mask_mod(np.repeat([0, 1], [n // 2, n - n // 2])),
+            "causal": ar.causal_mask_mod()}
+    row: dict = {"recorded": time.strftime("%Y-%m-%d", time.gmtime()), "n": n, "E": E, "dtype": "float64",
+                 "dense_scores_MiB": n * n * 8 / 2**20}
+    for name, mask_mod in mods.items():
+        out, seconds, peak = _traced(lambda mask_mod=mask_mod: ar.flex_attention(q, k, v, mask_mod=mask_mod))
+        assert np.isfinite(out).all()
+        row[f"{name}_s"], row[f"{name}_peak_MiB"] = seconds, peak / 2**20
+    row["half_over_full"] = row["half_s"] / row["full_s"]
+    return row
+
+
+def fmt_flex(r: dict) -> str:
+    return "\n".join(
+        f"flex_attention L=S={r['n']} E={r['E']} float64 {name}: {r[f'{name}_s']:.1f} s, "
+        f"peak growth {r[f'{name}_peak_MiB']:.1f} MiB" for name in ("full", "half", "causal")
+    ) + (f"\nhalf-masked / full time: {r['half_over_full']:.2f} "
+         f"(dense scores would need {r['dense_scores_MiB']:.0f} MiB)")
+
+
 #: The tiled backward's block size in the benchmark (its time and its traced peak at --memory-n).
 BACKWARD_BLOCK = 512
 
@@ -578,6 +606,10 @@ def main(argv=None) -> int:
         "--only-shapes", action="store_true",
         help="run only the oracle shapes (best of --shape-repeats) and merge them (as shapes) into the --write file",
     )
+    parser.add_argument(
+        "--only-flex", action="store_true",
+        help="run only flex_attention at --memory-n (full, half-masked, causal) and merge it into the --write file",
+    )
     parser.add_argument("--shape-repeats", type=int, default=7)
     parser.add_argument("--backward-lengths", type=int, nargs="+", default=list(LENGTHS),
                         help="L = S of the backward runs (default: the forward benchmark's)")
@@ -612,6 +644,13 @@ def main(argv=None) -> int:
         if args.write:
             merge_record(args.write, "shapes", shapes=shapes, tiny_profile=tiny_profile, shapes_machine=machine(),
                          shapes_settings=shape_settings(args))
+        return 0
+
+    if args.only_flex:
+        flex_run = bench_flex(args.memory_n)
+        print(fmt_flex(flex_run))
+        if args.write:
+            merge_record(args.write, "flex_run", flex_run=flex_run)
         return 0
 
     if args.only_window:
@@ -650,6 +689,8 @@ def main(argv=None) -> int:
     if args.window_n:
         window_run = bench_window(args.window_n)
         print(fmt_window(window_run))
+    flex_run = bench_flex(args.memory_n)
+    print(fmt_flex(flex_run))
     imp = bench_import()
     print(f"import attention_ref: {1e3 * imp['import_s']:.0f} ms (matplotlib imported: {imp['matplotlib_imported']})")
     if args.write:
@@ -667,6 +708,7 @@ def main(argv=None) -> int:
             "memory": memory,
             "long_run": long,
             "window_run": window_run,
+            "flex_run": flex_run,
             "import": imp,
         }
         args.write.write_text(json.dumps(result, indent=2) + "\n")

@@ -116,6 +116,45 @@ def step(q=Q[:, :1], k=K[:, :1], v=V[:, :1], cache=None, **kwargs):
 CROSS = MultiHeadParams(w_q=EYE, w_k=np.eye(3, 4), w_v=np.eye(3, 4), w_o=EYE, n_heads=2)  # d_context = 3
 
 # (public name, id, thunk, exception, regex naming the argument[, marks])
+Q4, K4, V4 = Q[None], K[None], V[None]  # (1, B, L, E) read as (B=1, H, L, E): flex_attention's layout
+FLEX_CASES = [  # flex_attention and its building blocks
+    ("flex_attention", "q-3d", call(attention_ref.flex_attention, Q, K, V), ValueError, r"^q "),
+    ("flex_attention", "mask_mod-int", call(attention_ref.flex_attention, Q4, K4, V4, mask_mod=3), TypeError,
+     r"^mask_mod "),
+    ("flex_attention", "mask_mod-floats", call(attention_ref.flex_attention, Q4, K4, V4,
+                                               mask_mod=lambda b, h, i, j: 1.0 * (j <= i)), TypeError, r"^mask_mod "),
+    ("flex_attention", "score_mod-raises", call(attention_ref.flex_attention, Q4, K4, V4,
+                                                lambda s, b, h, i, j: s[99]), ValueError, r"^score_mod raised"),
+    ("flex_attention_backward", "dout-shape", call(attention_ref.flex_attention_backward, Q4, K4, V4, Q4),
+     ValueError, r"^dout "),
+    ("flex_attention_backward", "score_mod-no-grad", call(attention_ref.flex_attention_backward, Q4, K4, V4,
+                                                          np.ones((1, 2, 3, 6)), lambda s, b, h, i, j: 2 * s),
+     TypeError, r"^score_mod has no derivative"),
+    ("block_mask_to_dense", "counts-float", call(attention_ref.block_mask_to_dense, kv_num_blocks=np.ones((1, 1, 1)),
+                                                  kv_indices=np.zeros((1, 1, 1, 1), int), BLOCK_SIZE=4,
+                                                  seq_lengths=(4, 4)), TypeError, r"kv_num_blocks"),
+    ("block_mask_to_dense", "seq_lengths-int", call(attention_ref.block_mask_to_dense,
+                                                     kv_num_blocks=np.ones((1, 1, 1), int),
+                                                     kv_indices=np.zeros((1, 1, 1, 1), int), BLOCK_SIZE=4,
+                                                     seq_lengths=4), ValueError, r"^seq_lengths "),
+    ("noop_mask", "not-a-factory", call(attention_ref.noop_mask), TypeError, r"missing 4 required"),
+    ("and_masks", "not-callable", call(attention_ref.and_masks, 1), TypeError, r"^and_masks: argument 0"),
+    ("or_masks", "not-callable", call(attention_ref.or_masks, None), TypeError, r"^or_masks: argument 0"),
+    ("causal_mask_mod", "no-lengths", call(attention_ref.causal_mask_mod, "bottom-right"), ValueError, r"lengths"),
+    ("sliding_window_mask_mod", "window-int", call(attention_ref.sliding_window_mask_mod, 3), TypeError,
+     r"^window "),
+    ("document_mask_mod", "ids-float", call(attention_ref.document_mask_mod, [0.5]), TypeError, r"^document_ids "),
+    ("prefix_lm_mask_mod", "negative", call(attention_ref.prefix_lm_mask_mod, -2), ValueError, r"^prefix_length "),
+    ("chunked_mask_mod", "zero", call(attention_ref.chunked_mask_mod, 0), ValueError, r"^chunk_size "),
+    ("softcap_score_mod", "zero", call(attention_ref.softcap_score_mod, 0.0), ValueError, r"^softcap "),
+    ("alibi_score_mod", "slopes-2d", call(attention_ref.alibi_score_mod, np.ones((2, 2))), ValueError, r"^slopes "),
+    ("relative_bias_score_mod", "table-shape", call(attention_ref.relative_bias_score_mod, np.ones(4), 2),
+     ValueError, r"^table "),
+    ("chain_score_mods", "not-callable", call(attention_ref.chain_score_mods, 2.0), TypeError,
+     r"^chain_score_mods: argument 0"),
+]
+
+
 CASES = [
     # --- softmax, log_softmax, logsumexp
     ("softmax", "x-None", call(softmax, None), TypeError, r"^x "),
@@ -505,6 +544,7 @@ CASES = [
     ("varlen_attention", "q-2d", call(varlen_attention, Q[0], K, V, [0, 3], [0, 5]), ValueError, r"^q "),
     ("varlen_attention", "mask", call(varlen_attention, Q, K, V, [0, 3], [0, 5], mask=np.ones((3, 5), bool)),
      TypeError, r"does not take mask"),
+    *FLEX_CASES,
 ]
 
 
@@ -589,6 +629,11 @@ def _float16_calls():
         "attention_backward": lambda: attention_backward(q, k, v, _f16(2, 2, 3, 6))[:3],
         "attention_backward-options": lambda: attention_backward(q, k, v, _f16(2, 2, 3, 6), block_size=2,
                                                                  **OPTIONS16)[:3],
+        "flex_attention": lambda: attention_ref.flex_attention(
+            q, k, v, attention_ref.softcap_score_mod(5.0), attention_ref.causal_mask_mod("bottom-right", (3, 5)),
+            block_size=2, return_lse=True),
+        "flex_attention_backward": lambda: attention_ref.flex_attention_backward(
+            q, k, v, _f16(2, 2, 3, 6), mask_mod=lambda b, h, i, j: (i < 2) & (j <= i), block_size=2)[:3],
     }
 
 
@@ -596,7 +641,7 @@ OPTIONS16 = {"window": (1, 1), "softcap": 5.0, "alibi_slopes": np.array([0.5, 0.
              "sinks": np.array([0.0, 1.0], np.float16), "is_causal": True}
 FLOAT16 = _float16_calls()
 #: The calls above that return ``(out, lse)``.
-LSE16 = {"blockwise_attention", "blockwise-options", "merge_attention", "merge_attention-sinks"}
+LSE16 = {"blockwise_attention", "blockwise-options", "merge_attention", "merge_attention-sinks", "flex_attention"}
 
 
 @pytest.mark.parametrize("name", list(FLOAT16))

@@ -1,0 +1,601 @@
+r"""FlexAttention in NumPy: any attention variant as a ``score_mod`` and a ``mask_mod``, tile by tile.
+
+`flex_attention` gives the semantics of PyTorch's
+``torch.nn.attention.flex_attention`` with an online softmax over
+``(block_size, block_size)`` tiles, so that memory stays O(L · block_size);
+`flex_attention_backward` its gradients, tiled the same way; and
+`block_mask_to_dense` the dense mask a block-sparse description
+(FlexAttention's ``BlockMask``) stands for.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ._kernel import run_blocks, scaled_down_values
+from ._validation import (
+    as_real_array,
+    check_bool,
+    check_exact_ndim,
+    check_fits_dtype,
+    check_int,
+    check_last_dim,
+    check_real,
+    check_shape,
+    result_dtype,
+)
+from .backward import AttentionGrads
+from .blockwise import _block_sizes, _online_update, _safe_max
+
+__all__ = ["block_mask_to_dense", "flex_attention", "flex_attention_backward"]
+
+
+# --- calling the user's functions -----------------------------------------------------------------
+
+
+def _mod_name(fn, kind: str) -> str:
+    """How an error names the function: its ``__name__``, or `kind` for a lambda or a nameless callable."""
+    name = getattr(fn, "__name__", None)
+    return kind if not isinstance(name, str) or name == "<lambda>" else f"{kind} {name!r}"
+
+
+def _call(fn, kind: str, args, where: str):
+    """``fn(*args)``; an exception inside it is re-raised naming the function, chained to the original."""
+    try:
+        return fn(*args)
+    except Exception as exc:
+        error = TypeError if isinstance(exc, TypeError) else ValueError
+        raise error(f"{_mod_name(fn, kind)} raised {type(exc).__name__}: {exc} ({where})") from exc
+
+
+def _checked_result(fn, kind: str, result, shape: tuple[int, ...], where: str) -> np.ndarray:
+    """`result` as an array that broadcasts to `shape`, else a ValueError naming the function."""
+    try:
+        arr = np.asarray(result)
+    except (TypeError, ValueError):
+        arr = None
+    try:
+        fits = arr is not None and np.broadcast_shapes(arr.shape, shape) == shape
+    except ValueError:
+        fits = False
+    if not fits:
+        got = f"shape {arr.shape}" if arr is not None else f"{type(result).__name__}"
+        raise ValueError(f"{_mod_name(fn, kind)} must return an array that broadcasts to {shape} ({where}); "
+                         f"got {got}")
+    assert arr is not None  # for mypy: `fits` is False without an array
+    return arr
+
+
+def _tile_mask(mask_mod, index, shape, where) -> np.ndarray:
+    """The ``mask_mod`` of one tile: booleans broadcastable to `shape` (B, H, l, s)."""
+    allowed = _checked_result(mask_mod, "mask_mod", _call(mask_mod, "mask_mod", index, where), shape, where)
+    if allowed.dtype != np.bool_:
+        raise TypeError(f"{_mod_name(mask_mod, 'mask_mod')} must return booleans (True = may attend) ({where}); "
+                        f"got dtype {allowed.dtype}")
+    return allowed
+
+
+def _tile_score(score_mod, scores, index, where) -> np.ndarray:
+    """``score_mod`` of one tile of `scores` (B, H, l, s), as a real array of that shape and dtype."""
+    result = _call(score_mod, "score_mod", (scores, *index), where)
+    arr = _checked_result(score_mod, "score_mod", result, scores.shape, where)
+    if arr.dtype.kind not in "fiu" and arr.dtype.name != "bfloat16":
+        raise TypeError(f"{_mod_name(score_mod, 'score_mod')} must return real scores ({where}); "
+                        f"got dtype {arr.dtype}")
+    if result is scores:
+        return scores  # the caller's own copy, changed in place or returned as it is
+    return np.array(np.broadcast_to(arr, scores.shape), dtype=scores.dtype)  # a copy: the tile is overwritten later
+
+
+def _tile_products(a, b):
+    """``a @ b``: every matrix product a tile computes goes through here (the tests count them)."""
+    return a @ b
+
+
+# --- the problem ----------------------------------------------------------------------------------
+
+
+class _Flex:
+    """A checked FlexAttention problem: arrays in the working dtype and the index arrays of the mods."""
+
+    def __init__(self, q, k, v, score_mod, mask_mod, scale, enable_gqa, block_size, work=None):
+        q, k, v = (as_real_array(a, name) for a, name in ((q, "q"), (k, "k"), (v, "v")))
+        for arr, name, layout in ((q, "q", "(B, Hq, L, E)"), (k, "k", "(B, Hkv, S, E)"), (v, "v", "(B, Hkv, S, Ev)")):
+            check_exact_ndim(arr, name, 4, layout)
+        self.out_dtype, dtype = result_dtype(q, k, v)
+        dtype = np.dtype(work or dtype)
+        check_last_dim(k, "k", q.shape[-1], "q's E")
+        if v.shape[:-1] != k.shape[:-1]:
+            raise ValueError(f"v must have the batch, heads and length of k, {k.shape[:-1]}; got shape {v.shape}")
+        if k.shape[0] not in (q.shape[0], 1):
+            raise ValueError(f"k and v must have q's batch size B, or 1 (shared by the batch); got q {q.shape} and "
+                             f"k {k.shape}")
+        n_heads, kv_heads = q.shape[1], k.shape[1]
+        enable_gqa = check_bool(enable_gqa, "enable_gqa")
+        if n_heads != kv_heads and not (enable_gqa and kv_heads and n_heads % kv_heads == 0):
+            need = "a multiple of" if enable_gqa else "equal to (or pass enable_gqa=True for a multiple of)"
+            raise ValueError(f"q's heads Hq={n_heads} must be {need} k's heads Hkv={kv_heads}")
+        for fn, kind in ((score_mod, "score_mod"), (mask_mod, "mask_mod")):
+            if fn is not None and not callable(fn):
+                raise TypeError(f"{kind} must be a function or None; got {type(fn).__name__}")
+        self.score_mod, self.mask_mod = score_mod, mask_mod
+        E = q.shape[-1]
+        if scale is None:
+            scale = 1.0 / math.sqrt(E) if E else 1.0
+        scale = check_real(scale, "scale")
+        check_fits_dtype(scale, "scale", dtype)
+        self.block_q, self.block_k = _block_sizes(block_size)
+        self.q, self.k, self.v = (a.astype(dtype, copy=False) for a in (q, k, v))
+        self.dtype = dtype
+        self.scale = dtype.type(scale)
+        self.B, self.H, self.L, self.S = q.shape[0], n_heads, q.shape[2], k.shape[2]
+        self.kv_head = np.arange(n_heads) // (n_heads // kv_heads) if kv_heads else np.arange(0)  # (Hq,)
+        self.b = np.arange(self.B).reshape(-1, 1, 1, 1)
+        self.h = np.arange(n_heads).reshape(1, -1, 1, 1)
+
+    def keys(self, cols: slice):
+        """Keys and values of `cols` for every query head: (B, Hq, s, E), (B, Hq, s, Ev) (GQA heads repeated)."""
+        return self.k[:, self.kv_head, cols], self.v[:, self.kv_head, cols]
+
+    def tile(self, rows: slice, cols: slice):
+        """``(index, shape, where)`` of one tile: the mods' arguments ``(b, h, q_idx, kv_idx)``, (B, Hq, l, s)."""
+        index = (self.b, self.h, np.arange(rows.start, rows.stop).reshape(1, 1, -1, 1),
+                 np.arange(cols.start, cols.stop).reshape(1, 1, 1, -1))
+        shape = (self.B, self.H, rows.stop - rows.start, cols.stop - cols.start)
+        where = f"on the tile of queries {rows.start}:{rows.stop} and keys {cols.start}:{cols.stop}"
+        return index, shape, where
+
+    def key_blocks(self):
+        return [slice(c0, min(self.S, c0 + self.block_k)) for c0 in range(0, self.S, self.block_k)]
+
+    def scores(self, q_rows, k_cols, rows, cols):
+        """The tile's scores after ``score_mod`` and ``mask_mod``, or None when the mask hides all of it.
+
+        Returns ``(x, raw, allowed)``: ``x`` (B, Hq, l, s) with ``-inf``
+        where masked, ``raw`` the scaled scores before ``score_mod`` and
+        ``allowed`` the mask (None: everything allowed).
+        """
+        index, shape, where = self.tile(rows, cols)
+        allowed = None
+        if self.mask_mod is not None:
+            allowed = _tile_mask(self.mask_mod, index, shape, where)
+            if not allowed.any():
+                return None  # no product, no score_mod
+            if allowed.all():
+                allowed = None
+        raw = _tile_products(q_rows, np.swapaxes(k_cols, -1, -2))  # (B, Hq, l, s), queries already scaled
+        x = raw if self.score_mod is None else _tile_score(self.score_mod, raw.copy(), index, where)
+        if allowed is not None:
+            x = np.where(allowed, x, -np.inf)
+        elif x is raw:
+            x = raw.copy()  # _online_update overwrites its scores
+        return x, raw, allowed
+
+
+def _forward_block(p: _Flex, rows: slice, v_scale_exp: int, out, lse) -> None:
+    """Online softmax over the key tiles for the query `rows`; writes ``out[:, :, rows]`` and ``lse[:, :, rows]``."""
+    q_rows = p.q[:, :, rows] * p.scale  # (B, Hq, l, E)
+    shape = q_rows.shape[:-1]
+    m = np.full(shape, -np.inf, dtype=p.dtype)  # running row maximum
+    total = np.zeros(shape, dtype=p.dtype)  # running sum of exp(x - m)
+    acc = np.zeros((*shape, p.v.shape[-1]), dtype=p.dtype)  # running sum of exp(x - m) v
+    for cols in p.key_blocks():
+        k_cols, v_cols = p.keys(cols)
+        tile = p.scores(q_rows, k_cols, rows, cols)
+        if tile is None:
+            continue
+        if v_scale_exp:
+            v_cols = np.ldexp(v_cols, -v_scale_exp)
+        _online_update(m, total, acc, tile[0], v_cols)
+    seen = total != 0  # False where every key was masked or scored -inf
+    np.divide(acc, total[..., None], out=out[:, :, rows], where=seen[..., None])
+    out[:, :, rows][~seen] = 0.0
+    if v_scale_exp:
+        np.ldexp(out[:, :, rows], v_scale_exp, out=out[:, :, rows])
+    np.log(total, out=total, where=seen)
+    lse[:, :, rows] = np.where(seen, m + total, -np.inf)
+
+
+def _forward(p: _Flex):
+    """``(out, lse)`` of a checked problem in the working dtype."""
+    out = np.zeros((p.B, p.H, p.L, p.v.shape[-1]), dtype=p.dtype)
+    lse = np.full((p.B, p.H, p.L), -np.inf, dtype=p.dtype)
+
+    def attend(r0):
+        rows = slice(r0, min(p.L, r0 + p.block_q))
+        with np.errstate(invalid="ignore", over="ignore"):  # per thread; a +inf score gives NaN, no warning
+            _forward_block(p, rows, 0, out, lse)
+            if not np.isfinite(out[:, :, rows]).all():
+                # The running sums reach S * max|v|: redo the block with the values scaled down by a power of two.
+                _forward_block(p, rows, scaled_down_values(p.v[:0], p.S)[1], out, lse)
+
+    if p.L and p.S:
+        run_blocks(attend, range(0, p.L, p.block_q), p.B * p.H * p.L * p.S)
+    return out, lse
+
+
+def flex_attention(q, k, v, score_mod=None, mask_mod=None, *, scale=None, enable_gqa=False, return_lse=False,
+                   block_size=256):
+    r"""Attention with any ``score_mod`` and ``mask_mod``, as PyTorch's FlexAttention, in O(L) memory.
+
+    Parameters
+    ----------
+    q : array_like, shape (B, Hq, L, E)
+        Queries.
+    k : array_like, shape (B, Hkv, S, E)
+        Keys.
+    v : array_like, shape (B, Hkv, S, Ev)
+        Values.
+    score_mod : callable, optional
+        ``score_mod(score, b, h, q_idx, kv_idx)`` returns the modified
+        scores. Called on tiles: ``score`` (B, Hq, l, s) holds the scaled
+        scores, ``b`` (B, 1, 1, 1), ``h`` (1, Hq, 1, 1), ``q_idx``
+        (1, 1, l, 1) and ``kv_idx`` (1, 1, 1, s) are integer arrays of
+        global positions; the result must broadcast to (B, Hq, l, s).
+        Written with NumPy operators, ufuncs and ``np.where``.
+    mask_mod : callable, optional
+        ``mask_mod(b, h, q_idx, kv_idx)`` returns booleans, True where the
+        query may attend to the key, broadcastable to (B, Hq, l, s).
+        Integers and floats are refused.
+    scale : float, optional
+        Multiplier of ``q @ k^T``; default ``1 / sqrt(E)``.
+    enable_gqa : bool, optional
+        Grouped-query attention: query head ``h`` uses key/value head
+        ``h // (Hq // Hkv)``.
+    return_lse : bool, optional
+        Also return each row's log-sum-exp.
+    block_size : int or (int, int), optional
+        Tile size, queries by keys (default 256 by 256).
+
+    Returns
+    -------
+    out : ndarray, shape (B, Hq, L, Ev)
+        In the dtype NumPy promotion gives `q`, `k`, `v`; zeros in a row
+        with no allowed key (or whose every score `score_mod` made
+        ``-inf``).
+    lse : ndarray, shape (B, Hq, L)
+        Only with ``return_lse=True``: :math:`\log \sum_j e^{x_{ij}}` over
+        the allowed keys, in the working dtype (float32 for float16 and
+        bfloat16, as FlexAttention returns it); ``-inf`` for an empty row.
+
+    Raises
+    ------
+    TypeError
+        If an array is not real, a mod is not callable, ``mask_mod``
+        returns non-booleans or ``score_mod`` non-real scores; or an
+        exception of that type inside a mod (named, chained to it).
+    ValueError
+        If the shapes do not fit together, a mod's result does not
+        broadcast to its tile, or an exception of any other type is raised
+        inside a mod (named, chained to it).
+
+    See Also
+    --------
+    flex_attention_backward : Its gradients.
+    block_mask_to_dense : The dense mask of a block-sparse description.
+    blockwise_attention : The same online softmax, with the fixed options.
+    and_masks, or_masks, causal_mask_mod, softcap_score_mod : Building blocks.
+
+    Notes
+    -----
+    With :math:`\sigma` the scale, :math:`f` the ``score_mod`` and
+    :math:`M` the ``mask_mod``, the scores are
+
+    .. math::
+
+        x_{bhij} = \begin{cases} f(\sigma\, q_{bhi} \cdot k_{b g(h) j},
+        b, h, i, j) & M(b, h, i, j) \\ -\infty & \text{otherwise,}
+        \end{cases}
+
+    with :math:`g(h) = \lfloor h / (H_q / H_{kv}) \rfloor`, and the output
+    is :math:`\mathrm{softmax}(x) v`, evaluated with the online softmax of
+    `blockwise_attention` over tiles of `block_size` queries by
+    `block_size` keys. The mask of each tile is evaluated first: a tile it
+    hides completely costs no matrix product and ``score_mod`` is not
+    called on it, so a causal mask halves the work. Extra memory is one
+    tile per query block, O(B Hq block_q block_k), plus the running
+    state. Computed in float64 for float64 input and in float32 for
+    float16, bfloat16 and float32.
+
+    PyTorch's eager path forms the whole (L, S) matrix in the input's
+    dtype; its compiled kernel skips blocks from a ``BlockMask``. Here the
+    block structure is found from ``mask_mod`` itself on every call.
+
+    References
+    ----------
+    .. [1] Dong, J., B. Feng, D. Guessous, Y. Liang and H. He, "Flex
+       Attention: A Programming Model for Generating Optimized Attention
+       Kernels", arXiv:2412.05496, 2024.
+
+    Examples
+    --------
+    A causal mask and a soft cap give what the built-in options give:
+
+    >>> import numpy as np
+    >>> from attention_ref import (causal_mask_mod, flex_attention, scaled_dot_product_attention,
+    ...                            softcap_score_mod)
+    >>> rng = np.random.default_rng(0)
+    >>> q, k, v = rng.standard_normal((3, 1, 2, 5, 4))
+    >>> out = flex_attention(q, k, v, softcap_score_mod(2.0), causal_mask_mod(), block_size=2)
+    >>> same = scaled_dot_product_attention(q, k, v, is_causal=True, softcap=2.0)
+    >>> bool(np.allclose(out, same, rtol=0, atol=1e-15))
+    True
+
+    Any function of the positions works; here a key is seen only at an
+    even distance, and a row with no allowed key gets zeros and ``-inf``:
+
+    >>> def even(b, h, q_idx, kv_idx):
+    ...     return ((q_idx - kv_idx) % 2 == 0) & (q_idx < 4)
+    >>> out, lse = flex_attention(q, k, v, mask_mod=even, return_lse=True)
+    >>> out[0, 0, 4], lse[0, 0, 4]
+    (array([0., 0., 0., 0.]), np.float64(-inf))
+    """
+    return_lse = check_bool(return_lse, "return_lse")
+    p = _Flex(q, k, v, score_mod, mask_mod, scale, enable_gqa, block_size)
+    out, lse = _forward(p)
+    out = out.astype(p.out_dtype, copy=False)
+    return (out, lse) if return_lse else out
+
+
+def flex_attention_backward(q, k, v, dout, score_mod=None, mask_mod=None, *, score_mod_grad=None, scale=None,
+                            enable_gqa=False, block_size=256):
+    r"""Gradients of `flex_attention` with respect to `q`, `k` and `v`, tile by tile.
+
+    Parameters
+    ----------
+    q, k, v : array_like
+        As `flex_attention`: (B, Hq, L, E), (B, Hkv, S, E), (B, Hkv, S, Ev).
+    dout : array_like, shape (B, Hq, L, Ev)
+        Gradient of the loss with respect to the output.
+    score_mod, mask_mod : callable, optional
+        As `flex_attention`.
+    score_mod_grad : callable, optional
+        ``score_mod_grad(score, b, h, q_idx, kv_idx)``: the derivative of
+        `score_mod` with respect to its first argument, elementwise, with
+        the same calling convention. Default: the ``score_mod_grad``
+        attribute the package's score functions carry; required for any
+        other `score_mod`.
+    scale, enable_gqa, block_size
+        As `flex_attention`.
+
+    Returns
+    -------
+    AttentionGrads
+        ``dq``, ``dk``, ``dv`` (also its first three items), in the shapes
+        and dtypes of `q`, `k`, `v`; ``dbias`` and ``dsinks`` are None.
+
+    Raises
+    ------
+    TypeError
+        As `flex_attention`; also if `score_mod` has no derivative, or
+        `score_mod_grad` is not callable or returns non-real values.
+    ValueError
+        As `flex_attention`; also if `dout` is not shaped as the output.
+
+    See Also
+    --------
+    flex_attention : The forward pass.
+    attention_backward : The gradients of the fixed options.
+
+    Notes
+    -----
+    With :math:`u = \sigma\, q k^\top`, :math:`x = f(u)` (masked entries
+    :math:`-\infty`), :math:`P = e^{x - \mathrm{lse}}` and
+    :math:`D_i = \sum_e dO_{ie} O_{ie}`:
+
+    .. math::
+
+        dV = P^\top dO, \qquad dX = P \circ (dO\, V^\top - D), \qquad
+        dU = dX \circ f'(u), \qquad dQ = \sigma\, dU K, \qquad
+        dK = \sigma\, dU^\top Q,
+
+    each tile recomputed from the forward's log-sum-exp as in
+    FlashAttention-2's backward, tiles the mask hides skipped. With
+    grouped queries, ``dK`` and ``dV`` are summed over each key/value
+    head's group. Computed in float64 for float16 and bfloat16 input.
+
+    Examples
+    --------
+    The gradient of a soft-capped causal call equals the built-in one:
+
+    >>> import numpy as np
+    >>> from attention_ref import (attention_backward, causal_mask_mod, flex_attention_backward,
+    ...                            softcap_score_mod)
+    >>> rng = np.random.default_rng(0)
+    >>> q, k, v, dout = rng.standard_normal((4, 1, 2, 5, 3))
+    >>> grads = flex_attention_backward(q, k, v, dout, softcap_score_mod(1.5), causal_mask_mod(), block_size=2)
+    >>> same = attention_backward(q, k, v, dout, is_causal=True, softcap=1.5)
+    >>> [bool(np.allclose(a, b, rtol=0, atol=1e-14)) for a, b in zip(grads, same[:3])]
+    [True, True, True]
+    >>> grads.dbias is None
+    True
+    """
+    given = (q, k, v)
+    first = result_dtype(*(as_real_array(a, name) for a, name in zip(given, "qkv", strict=True)))[0]
+    work = np.float64 if first.itemsize < 4 else None  # as attention_backward: half precision worked in float64
+    p = _Flex(q, k, v, score_mod, mask_mod, scale, enable_gqa, block_size, work=work)
+    if score_mod is not None:
+        score_mod_grad = getattr(score_mod, "score_mod_grad", None) if score_mod_grad is None else score_mod_grad
+        if not callable(score_mod_grad):
+            raise TypeError(f"{_mod_name(score_mod, 'score_mod')} has no derivative: pass score_mod_grad, the "
+                            f"derivative of score_mod with respect to the score (same arguments)")
+    dout = as_real_array(dout, "dout")
+    check_shape(dout, "dout", (p.B, p.H, p.L, p.v.shape[-1]), "the shape of the output (B, Hq, L, Ev)")
+    dout = dout.astype(p.dtype, copy=False)
+    out, lse = _forward(p)
+    dq = np.zeros_like(p.q)
+    dk = np.zeros((p.B, p.H, p.S, p.q.shape[-1]), dtype=p.dtype)  # per query head; summed over groups below
+    dv = np.zeros((p.B, p.H, p.S, p.v.shape[-1]), dtype=p.dtype)
+    with np.errstate(invalid="ignore", over="ignore"):
+        delta = np.einsum("bhle,bhle->bhl", dout, out)  # D = rowsum(dO * O)
+        for r0 in range(0, p.L, p.block_q):
+            rows = slice(r0, min(p.L, r0 + p.block_q))
+            q_rows = p.q[:, :, rows]
+            q_scaled = q_rows * p.scale
+            shift = _safe_max(lse[:, :, rows])[..., None]  # (B, Hq, l, 1); empty rows: 0, weights exp(-inf) = 0
+            for cols in p.key_blocks():
+                k_cols, v_cols = p.keys(cols)
+                tile = p.scores(q_scaled, k_cols, rows, cols)
+                if tile is None:
+                    continue
+                x, raw, _ = tile
+                weights = np.exp(x - shift)  # P, (B, Hq, l, s)
+                dx = weights * (_tile_products(dout[:, :, rows], np.swapaxes(v_cols, -1, -2))
+                                - delta[:, :, rows, None])
+                if score_mod is not None:
+                    index, shape, where = p.tile(rows, cols)
+                    slope = _checked_result(score_mod_grad, "score_mod_grad",
+                                            _call(score_mod_grad, "score_mod_grad", (raw, *index), where), shape, where)
+                    if slope.dtype.kind not in "fiu":
+                        raise TypeError(f"{_mod_name(score_mod_grad, 'score_mod_grad')} must return real values "
+                                        f"({where}); got dtype {slope.dtype}")
+                    dx = np.where(dx == 0, 0.0, dx * slope).astype(p.dtype, copy=False)  # masked: 0, never 0 * inf
+                dq[:, :, rows] += _tile_products(dx, k_cols) * p.scale
+                dk[:, :, cols] += _tile_products(np.swapaxes(dx, -1, -2), q_rows) * p.scale
+                dv[:, :, cols] += _tile_products(np.swapaxes(weights, -1, -2), dout[:, :, rows])
+    kv_batch, kv_heads = p.k.shape[:2]
+    group = p.H // kv_heads if kv_heads else 1
+
+    def to_kv(grad):
+        """(B, Hq, S, .) -> (Bkv, Hkv, S, .): summed over each key/value head's group, and a shared batch."""
+        grad = grad.reshape(p.B, kv_heads, group, p.S, -1).sum(axis=2)
+        return grad.sum(axis=0, keepdims=True) if kv_batch == 1 else grad
+
+    dk, dv = to_kv(dk), to_kv(dv)
+    grads = [np.asarray(g, dtype=as_real_array(a, name).dtype) for g, a, name in zip((dq, dk, dv), given, "qkv",
+                                                                                       strict=True)]
+    return AttentionGrads(*grads, None, None)
+
+
+def _kv_blocks(num, indices, name: str, n_blocks: int, shape: tuple[int, ...]) -> np.ndarray:
+    """Which key blocks each (b, h, query block) lists: bool (B, H, nQ, n_blocks) from counts and indices."""
+    num = np.asarray(num)
+    indices = np.asarray(indices)
+    if num.dtype.kind not in "iu" or indices.dtype.kind not in "iu":
+        raise TypeError(f"{name} counts and indices must be integer arrays; got {num.dtype} and {indices.dtype}")
+    if num.ndim != 3 or indices.ndim != 4 or indices.shape[:3] != num.shape:
+        raise ValueError(f"{name}: the counts must be (B, H, n_q_blocks) and the indices (B, H, n_q_blocks, "
+                         f"max_blocks) with the same first three axes; got {num.shape} and {indices.shape}")
+    if num.shape != shape:
+        raise ValueError(f"{name}: the counts must have shape {shape} (the batch, heads and query blocks of "
+                         f"kv_num_blocks for these seq_lengths); got {num.shape}")
+    if (num < 0).any() or (num > indices.shape[-1]).any():
+        raise ValueError(f"{name}: every count must be between 0 and {indices.shape[-1]} (the indices' last axis); "
+                         f"got {int(num.min())} to {int(num.max())}")
+    used = np.arange(indices.shape[-1]) < num[..., None]  # (B, H, nQ, max): entries past each count are ignored
+    listed = indices[used]
+    if listed.size and (listed.min() < 0 or listed.max() >= n_blocks):
+        raise ValueError(f"{name}: a listed key block must be in [0, {n_blocks}); got {int(listed.min())} to "
+                         f"{int(listed.max())}")
+    out = np.zeros((*shape, n_blocks), dtype=bool)
+    where = np.nonzero(used)
+    out[(*where[:3], indices[where])] = True
+    return out
+
+
+def block_mask_to_dense(*, kv_num_blocks, kv_indices, full_kv_num_blocks=None, full_kv_indices=None, BLOCK_SIZE,
+                        mask_mod=None, seq_lengths):
+    """The dense boolean mask that a block-sparse description (FlexAttention's ``BlockMask``) stands for.
+
+    The keywords are the fields of ``torch.nn.attention.flex_attention.BlockMask``
+    (as ``BlockMask.from_kv_blocks`` names them), as NumPy arrays. Query
+    block ``m`` of batch ``b`` and head ``h`` computes the key blocks
+    ``kv_indices[b, h, m, :kv_num_blocks[b, h, m]]`` with `mask_mod`
+    (partial blocks) and ``full_kv_indices[b, h, m,
+    :full_kv_num_blocks[b, h, m]]`` without it (full blocks).
+
+    Parameters
+    ----------
+    kv_num_blocks : array_like of int, shape (B, H, n_q_blocks)
+        How many partial key blocks each query block lists.
+    kv_indices : array_like of int, shape (B, H, n_q_blocks, max_blocks)
+        Their indices; entries past each row's count are ignored.
+    full_kv_num_blocks, full_kv_indices : array_like of int, optional
+        The same for full blocks (all True), shaped as the two above.
+    BLOCK_SIZE : int or (int, int)
+        ``(Q, KV)`` rows and columns per block (one int for both).
+    mask_mod : callable, optional
+        ``mask_mod(b, h, q_idx, kv_idx)`` of the partial blocks, called as
+        `flex_attention` calls it; None: partial blocks are all True.
+    seq_lengths : (int, int)
+        ``(L, S)``; need not be multiples of the block sizes.
+
+    Returns
+    -------
+    ndarray of bool, shape (B, H, L, S)
+        True where the description lets query ``i`` attend to key ``j``;
+        blocks not listed are False.
+
+    Raises
+    ------
+    TypeError
+        If counts or indices are not integers, or `mask_mod` returns
+        non-booleans.
+    ValueError
+        If shapes disagree with each other or with `seq_lengths`, a count
+        exceeds the indices' last axis, or a listed block is out of range.
+
+    See Also
+    --------
+    flex_attention : Where a ``mask_mod`` is evaluated tile by tile.
+
+    Examples
+    --------
+    Two query blocks of two rows over three key blocks: the first lists key
+    block 0 as partial under a causal mask, the second lists block 1 as
+    partial and block 0 as full; block 2 is never listed.
+
+    >>> import numpy as np
+    >>> from attention_ref import block_mask_to_dense, causal_mask_mod
+    >>> dense = block_mask_to_dense(
+    ...     kv_num_blocks=np.array([[[1, 1]]]), kv_indices=np.array([[[[0, 2], [1, 2]]]]),
+    ...     full_kv_num_blocks=np.array([[[0, 1]]]), full_kv_indices=np.array([[[[0], [0]]]]),
+    ...     BLOCK_SIZE=2, mask_mod=causal_mask_mod(), seq_lengths=(4, 5))
+    >>> dense[0, 0].astype(int)
+    array([[1, 0, 0, 0, 0],
+           [1, 1, 0, 0, 0],
+           [1, 1, 1, 0, 0],
+           [1, 1, 1, 1, 0]])
+    """
+    if isinstance(BLOCK_SIZE, (tuple, list)) and len(BLOCK_SIZE) == 2:
+        block_q = check_int(BLOCK_SIZE[0], "BLOCK_SIZE[0] (Q)", minimum=1)
+        block_k = check_int(BLOCK_SIZE[1], "BLOCK_SIZE[1] (KV)", minimum=1)
+    else:
+        block_q = block_k = check_int(BLOCK_SIZE, "BLOCK_SIZE", minimum=1)
+    if not isinstance(seq_lengths, (tuple, list)) or len(seq_lengths) != 2:
+        raise ValueError(f"seq_lengths must be a pair (L, S); got {seq_lengths!r}")
+    L = check_int(seq_lengths[0], "seq_lengths[0] (L)", minimum=0)
+    S = check_int(seq_lengths[1], "seq_lengths[1] (S)", minimum=0)
+    if mask_mod is not None and not callable(mask_mod):
+        raise TypeError(f"mask_mod must be a function or None; got {type(mask_mod).__name__}")
+    counts = np.asarray(kv_num_blocks)
+    if counts.ndim != 3:
+        raise ValueError(f"kv_num_blocks must have shape (B, H, n_q_blocks); got {counts.shape}")
+    n_q, n_k = -(-L // block_q), -(-S // block_k)
+    shape = (*counts.shape[:2], n_q)
+    partial = _kv_blocks(kv_num_blocks, kv_indices, "kv_num_blocks/kv_indices", n_k, shape)
+    if (full_kv_num_blocks is None) != (full_kv_indices is None):
+        raise ValueError("full_kv_num_blocks and full_kv_indices must be given together")
+    full = np.zeros_like(partial) if full_kv_num_blocks is None else _kv_blocks(
+        full_kv_num_blocks, full_kv_indices, "full_kv_num_blocks/full_kv_indices", n_k, shape)
+    B, H = shape[:2]
+    dense = np.zeros((B, H, L, S), dtype=bool)
+    b, h = np.arange(B).reshape(-1, 1, 1, 1), np.arange(H).reshape(1, -1, 1, 1)
+    for m in range(n_q):
+        rows = slice(m * block_q, min(L, (m + 1) * block_q))
+        for n in range(n_k):
+            cols = slice(n * block_k, min(S, (n + 1) * block_k))
+            tile = full[:, :, m, n, None, None]  # (B, H, 1, 1)
+            if partial[:, :, m, n].any():
+                allowed = True
+                if mask_mod is not None:
+                    index = (b, h, np.arange(rows.start, rows.stop).reshape(1, 1, -1, 1),
+                             np.arange(cols.start, cols.stop).reshape(1, 1, 1, -1))
+                    where = f"on the block of queries {rows.start}:{rows.stop} and keys {cols.start}:{cols.stop}"
+                    allowed = _tile_mask(mask_mod, index, (B, H, rows.stop - rows.start, cols.stop - cols.start),
+                                         where)
+                tile = tile | (partial[:, :, m, n, None, None] & allowed)
+            dense[:, :, rows, cols] = tile
+    return dense
