@@ -56,6 +56,7 @@ from .blockwise import blockwise_attention, merge_attention
 from .decoding import KVCache, decode_step
 from .masks import causal_mask, mask_to_bias, padding_mask, sliding_window_mask
 from .multihead import MultiHeadParams, init_multi_head_params, merge_heads, multi_head_attention, split_heads
+from .paged import block_table_from_indptr, nhd_to_hnd, paged_attention
 from .plotting import plot_attention, plot_heads
 from .positional import alibi_bias, alibi_slopes, apply_rope, sinusoidal_positions
 from .softmax import log_softmax, logsumexp, softmax
@@ -71,6 +72,7 @@ __all__ = [
     "alibi_slopes",
     "apply_rope",
     "attention_backward",
+    "block_table_from_indptr",
     "blockwise_attention",
     "causal_mask",
     "decode_step",
@@ -81,7 +83,9 @@ __all__ = [
     "merge_attention",
     "merge_heads",
     "multi_head_attention",
+    "nhd_to_hnd",
     "padding_mask",
+    "paged_attention",
     "plot_attention",
     "plot_heads",
     "scaled_dot_product_attention",

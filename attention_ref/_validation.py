@@ -310,3 +310,20 @@ def check_finite(arr: np.ndarray, name: str) -> None:
     if not np.all(np.isfinite(arr)):
         bad = arr[~np.isfinite(arr)]
         raise ValueError(f"{name} must be finite; got {bad.size} non-finite value(s), e.g. {bad.flat[0]}")
+
+
+def as_int_array(x, name: str, ndim: int, layout: str) -> np.ndarray:
+    """Return `x` as an int64 array of exactly `ndim` axes; floats, booleans and the rest are a TypeError.
+
+    An empty list (which NumPy makes float64) counts as integers, so that its shape is what gets checked.
+    """
+    try:
+        arr = np.asarray(x)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{name} must be an array of integers {layout}; got {type(x).__name__}: {exc}") from None
+    if arr.size == 0 and arr.dtype == np.float64:
+        arr = arr.astype(np.int64)
+    if arr.dtype.kind not in "iu":
+        raise TypeError(f"{name} must hold integers {layout}; got dtype {arr.dtype}")
+    check_exact_ndim(arr, name, ndim, layout)
+    return arr.astype(np.int64, copy=False)

@@ -1018,3 +1018,49 @@ def test_banded_blocks_add_the_mask_on_the_band_edges_only(monkeypatch, rng, win
     allowed = sliding_window_mask(300, 300, window=window)
     got = scaled_dot_product_attention(q, k, v, window=window)
     np.testing.assert_allclose(got, scaled_dot_product_attention(q, k, v, mask=allowed), rtol=1e-12, atol=1e-13)
+
+
+# --- return_lse ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"is_causal": True}, {"window": (2, 1)}, {"softcap": 1.5, "alibi_slopes": [0.5, 0.25]},
+     {"sinks": [0.5, -1.0]}, {"mask": np.tri(5, 7, k=-3, dtype=bool)}],
+)
+def test_return_lse_is_the_blockwise_lse_and_leaves_out_unchanged(options):
+    rng = np.random.default_rng(3)
+    q, k, v = rng.standard_normal((2, 5, 4)), rng.standard_normal((2, 7, 4)), rng.standard_normal((2, 7, 3))
+    out, lse = scaled_dot_product_attention(q, k, v, return_lse=True, **options)
+    np.testing.assert_array_equal(out, scaled_dot_product_attention(q, k, v, **options))
+    _, expected = blockwise_attention(q, k, v, return_lse=True, **options)
+    np.testing.assert_array_equal(lse, expected)
+    assert lse.shape == (2, 5) and lse.dtype == np.float64
+
+
+def test_return_lse_by_hand_with_an_empty_row_and_a_sink():
+    q = np.zeros((1, 3, 1))
+    k = np.zeros((1, 2, 1))
+    v = np.ones((1, 2, 1))
+    mask = np.array([[True, True], [True, False], [False, False]])
+    _, lse = scaled_dot_product_attention(q, k, v, mask=mask, return_lse=True)
+    np.testing.assert_array_equal(lse, [[np.log(2.0), 0.0, -np.inf]])
+    _, lse = scaled_dot_product_attention(q, k, v, mask=mask, sinks=[np.log(3.0)], return_lse=True)
+    np.testing.assert_allclose(lse, [[np.log(5.0), np.log(4.0), np.log(3.0)]], rtol=1e-15)
+
+
+def test_return_lse_with_weights_and_dropout_is_the_lse_before_dropout():
+    rng = np.random.default_rng(4)
+    q, k, v = rng.standard_normal((3, 5, 4))
+    out, w, lse = scaled_dot_product_attention(q, k, v, dropout_p=0.5, rng=np.random.default_rng(0),
+                                               return_weights=True, return_lse=True)
+    np.testing.assert_array_equal(lse, scaled_dot_product_attention(q, k, v, return_lse=True)[1])
+    assert w.shape == (5, 5) and out.shape == (5, 4)
+    np.testing.assert_array_equal(
+        out, scaled_dot_product_attention(q, k, v, dropout_p=0.5, rng=np.random.default_rng(0))
+    )
+
+
+def test_return_lse_must_be_a_bool():
+    with pytest.raises(TypeError, match=r"^return_lse must be True or False"):
+        scaled_dot_product_attention(np.zeros((1, 1)), np.zeros((1, 1)), np.zeros((1, 1)), return_lse=1)

@@ -45,6 +45,7 @@ BAD = {
     "sinks": ({"sinks": "x"}, TypeError),
     "dropout_p": ({"dropout_p": 1.0}, ValueError),
     "rng": ({"dropout_p": 0.5, "rng": 7}, TypeError),
+    "dropout_mask": ({"dropout_p": 0.5, "dropout_mask": np.ones((4, 4))}, TypeError),  # a float mask
     "enable_gqa": ({"enable_gqa": "yes"}, TypeError),
 }
 
