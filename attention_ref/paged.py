@@ -112,7 +112,9 @@ def paged_attention(q, k_pages, v_pages, block_table, kv_lens, *, cu_seqlens_q=N
         The per-sequence options of `varlen_attention`: ``is_causal``,
         ``causal_alignment``, ``window``, ``scale``, ``softcap``,
         ``alibi_slopes`` and ``sinks`` (one per query head, shape
-        ``(Hq,)``), ``enable_gqa``, ``dropout_p`` with ``rng``, and
+        ``(Hq,)``), ``enable_gqa``, ``dropout_p`` with ``rng`` or
+        ``dropout_mask`` (a list of one keep-mask per sequence, each
+        broadcastable to ``(Hq, Lq_b, kv_lens[b])``), and
         ``return_weights``. ``causal_alignment="bottom-right"`` makes each
         sequence's queries its last positions: chunked prefill and decoding.
         ``mask`` and ``bias`` are not accepted.

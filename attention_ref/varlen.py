@@ -66,13 +66,21 @@ def attend_each(parts, options: dict, return_lse: bool) -> tuple[list, list, lis
     are then held at a time.
     """
     return_weights = check_bool(options.get("return_weights", False), "return_weights")
+    masks = options.get("dropout_mask")
+    per_sequence = isinstance(masks, (list, tuple))  # one keep-mask per sequence
     outs, weights, lses = [], [], []
-    for q_b, k_b, v_b in parts:
+    for b, (q_b, k_b, v_b) in enumerate(parts):
+        if per_sequence:
+            if b >= len(masks):
+                raise ValueError(f"dropout_mask must hold one keep-mask per sequence; got {len(masks)} for more")
+            options = options | {"dropout_mask": masks[b]}
         result = scaled_dot_product_attention(q_b, k_b, v_b, return_lse=return_lse, **options)
         out, *rest = result if return_weights or return_lse else (result,)
         outs.append(out)
         weights.append(rest[0] if return_weights else None)
         lses.append(rest[-1] if return_lse else None)
+    if per_sequence and len(masks) != len(outs):
+        raise ValueError(f"dropout_mask must hold one keep-mask per sequence, {len(outs)}; got {len(masks)}")
     return outs, weights, lses
 
 
@@ -106,8 +114,9 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, *, return_lse=False, *
         Keyword arguments of `scaled_dot_product_attention`, passed to it
         unchanged for every sequence: ``is_causal``, ``causal_alignment``,
         ``scale``, ``enable_gqa``, ``return_weights``, ``dropout_p`` with
-        ``rng``, and ``softcap``, ``window``, ``alibi_slopes`` and ``sinks``
-        where `scaled_dot_product_attention` has them. ``mask`` and ``bias``
+        ``rng`` or ``dropout_mask`` (a list of one keep-mask per sequence,
+        each broadcastable to ``(H, Lq_b, Sk_b)``), and ``softcap``,
+        ``window``, ``alibi_slopes`` and ``sinks``. ``mask`` and ``bias``
         are not accepted: they are (L, S) matrices of one call, which a
         packed batch does not have.
 

@@ -1064,3 +1064,32 @@ def test_return_lse_with_weights_and_dropout_is_the_lse_before_dropout():
 def test_return_lse_must_be_a_bool():
     with pytest.raises(TypeError, match=r"^return_lse must be True or False"):
         scaled_dot_product_attention(np.zeros((1, 1)), np.zeros((1, 1)), np.zeros((1, 1)), return_lse=1)
+
+
+# --- dropout_mask ---------------------------------------------------------------
+
+
+def test_dropout_mask_replays_the_generators_draw():
+    rng = np.random.default_rng(6)
+    q, k, v = rng.standard_normal((3, 2, 5, 4))
+    drawn = scaled_dot_product_attention(q, k, v, dropout_p=0.4, rng=np.random.default_rng(9))
+    keep = np.random.default_rng(9).random((2, 5, 5)) >= 0.4  # the draw the generator makes
+    np.testing.assert_array_equal(scaled_dot_product_attention(q, k, v, dropout_p=0.4, dropout_mask=keep), drawn)
+    _, w = scaled_dot_product_attention(q, k, v, return_weights=True)
+    np.testing.assert_allclose(scaled_dot_product_attention(q, k, v, dropout_p=0.4, dropout_mask=keep),
+                               (w * keep / 0.6) @ v, rtol=0, atol=1e-14)
+
+
+def test_dropout_mask_broadcasts_and_is_checked():
+    rng = np.random.default_rng(7)
+    q, k, v = rng.standard_normal((3, 2, 4, 3))
+    row = np.array([True, False, True, True])  # (S,): the same keys dropped for every query and head
+    out = scaled_dot_product_attention(q, k, v, dropout_p=0.5, dropout_mask=row)
+    _, w = scaled_dot_product_attention(q, k, v, return_weights=True)
+    np.testing.assert_allclose(out, (w * row / 0.5) @ v, rtol=0, atol=1e-14)
+    with pytest.raises(TypeError, match=r"^dropout_mask and rng are exclusive"):
+        scaled_dot_product_attention(q, k, v, dropout_p=0.5, dropout_mask=row, rng=np.random.default_rng(0))
+    with pytest.raises(TypeError, match=r"^dropout_mask must be a boolean array"):
+        scaled_dot_product_attention(q, k, v, dropout_p=0.5, dropout_mask=row.astype(float))
+    with pytest.raises(ValueError, match=r"^dropout_mask and the scores do not broadcast"):
+        scaled_dot_product_attention(q, k, v, dropout_p=0.5, dropout_mask=np.ones((3, 4), bool))

@@ -303,3 +303,17 @@ def test_nhd_to_hnd_bad_input():
         nhd_to_hnd(np.zeros((2, 3, 4)))
     with pytest.raises(TypeError, match=r"^pages must hold real numbers"):
         nhd_to_hnd(np.zeros((1, 1, 1, 1), dtype=bool))
+
+
+def test_per_sequence_dropout_masks(rng):
+    q, k_pages, v_pages, table, kv_lens = paged_problem(rng, [5, 0, 9])
+    masks = [rng.random((4, 3, n)) >= 0.3 for n in kv_lens]
+    out = paged_attention(q, k_pages, v_pages, table, kv_lens, dropout_p=0.3, dropout_mask=masks)
+    for b, n in enumerate(kv_lens):
+        want = scaled_dot_product_attention(q[b], gathered(k_pages, table, b, n), gathered(v_pages, table, b, n),
+                                            dropout_p=0.3, dropout_mask=masks[b])
+        np.testing.assert_allclose(out[b], want, rtol=0, atol=1e-13)
+    with pytest.raises(ValueError, match=r"^dropout_mask must hold one keep-mask per sequence"):
+        paged_attention(q, k_pages, v_pages, table, kv_lens, dropout_p=0.3, dropout_mask=masks[:2])
+    with pytest.raises(ValueError, match=r"^dropout_mask must hold one keep-mask per sequence, 3; got 4"):
+        paged_attention(q, k_pages, v_pages, table, kv_lens, dropout_p=0.3, dropout_mask=[*masks, masks[0]])

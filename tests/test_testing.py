@@ -571,3 +571,26 @@ def test_lse_checker_names_bad_arguments(kwargs, exc, pattern):
     actual = kwargs.pop("actual_lse", np.zeros((2, 3, 37), np.float32))
     with pytest.raises(exc, match=pattern):
         assert_lse_close(actual, q, k, v, **kwargs)
+
+
+# --- a kernel's own dropout mask ------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["float16", "float32"])
+def test_checkers_replay_a_kernels_dropout_mask(name):
+    dtype = as_dtype(name)
+    q, k, v = qkv(5, dtype, L=12, S=20)
+    keep = np.random.default_rng(8).random((2, 3, 12, 20)) >= 0.25
+    out = ar.scaled_dot_product_attention(q, k, v, dropout_p=0.25, dropout_mask=keep)
+    assert_attention_close(out, q, k, v, dropout_p=0.25, dropout_mask=keep)
+    with pytest.raises(AssertionError, match="too far from the float64 reference"):
+        assert_attention_close(out, q, k, v, dropout_p=0.25, dropout_mask=np.roll(keep, 1, axis=-1))
+    with pytest.raises(AssertionError, match="too far from the float64 reference"):
+        assert_attention_close(out, q, k, v, dropout_p=0.5, dropout_mask=keep)  # wrong rescaling
+    dout = np.random.default_rng(9).standard_normal(out.shape).astype(dtype)
+    grads = ar.attention_backward(q, k, v, dout, dropout_p=0.25, dropout_mask=keep)
+    assert_attention_grads_close(grads[:3], q, k, v, dout, dropout_p=0.25, dropout_mask=keep)
+    with pytest.raises(AssertionError, match="too far from the float64 reference"):
+        assert_attention_grads_close(grads[:3], q, k, v, dout, dropout_p=0.25, dropout_mask=~keep)
+    with pytest.raises(TypeError, match=r"dropout_p is not an option here without dropout_mask"):
+        assert_attention_close(out, q, k, v, dropout_p=0.25)
