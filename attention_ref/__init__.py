@@ -30,9 +30,14 @@ Dtypes
     optional ``ml_dtypes`` package, which JAX uses) is accepted wherever a
     float is, computed in float32 and returned as bfloat16; ml_dtypes is
     imported only when a bfloat16 dtype has to be made from its name. The
-    8-bit and narrower ml_dtypes floats (float8_e4m3fn, float8_e5m2, ...)
-    are rejected with a TypeError: convert them, exactly, to float32 or
-    bfloat16 first. Dropout needs an explicit ``numpy.random.Generator``.
+    forward attention functions also take float8_e4m3fn and float8_e5m2
+    with the descale options ``q_descale``, ``k_descale``, ``v_descale``
+    (FlashAttention 3's): they compute the attention of the dequantized
+    arrays and return bfloat16 (see `quantize_fp8`). Elsewhere the 8-bit
+    and narrower ml_dtypes floats are rejected with a TypeError: convert
+    them, exactly, to float32 or bfloat16 first. Dropout needs an explicit
+    ``numpy.random.Generator``, or the keep-mask itself as
+    ``dropout_mask``.
 Multi-head parameters
     Row convention: ``Q = x @ w_q + b_q`` with ``w_q`` of shape
     ``(d_model, n_heads * d_head)``; head ``h`` owns columns
@@ -54,6 +59,7 @@ from .attention import scaled_dot_product_attention
 from .backward import AttentionGrads, attention_backward
 from .blockwise import blockwise_attention, merge_attention
 from .decoding import KVCache, decode_step
+from .fp8 import quantize_fp8
 from .masks import causal_mask, mask_to_bias, padding_mask, sliding_window_mask
 from .multihead import MultiHeadParams, init_multi_head_params, merge_heads, multi_head_attention, split_heads
 from .paged import block_table_from_indptr, nhd_to_hnd, paged_attention
@@ -88,6 +94,7 @@ __all__ = [
     "paged_attention",
     "plot_attention",
     "plot_heads",
+    "quantize_fp8",
     "scaled_dot_product_attention",
     "sinusoidal_positions",
     "sliding_window_mask",

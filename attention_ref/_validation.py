@@ -52,6 +52,11 @@ def bfloat16_dtype() -> np.dtype:
     return np.dtype(ml_dtypes.bfloat16)
 
 
+def is_fp8(dtype) -> bool:
+    """Whether `dtype` is one of the fp8 formats the attention functions take (float8_e4m3fn, float8_e5m2)."""
+    return isinstance(dtype, np.dtype) and _extension_name(dtype) in ("float8_e4m3fn", "float8_e5m2")
+
+
 def _reject_narrow_float(dtype: np.dtype, name: str) -> None:
     """Raise TypeError for 8-bit and narrower ml_dtypes floats: storage formats, upcast exactly first."""
     if _extension_name(dtype).startswith(_NARROW_FLOAT_PREFIXES):
@@ -61,11 +66,12 @@ def _reject_narrow_float(dtype: np.dtype, name: str) -> None:
         )
 
 
-def as_real_array(x, name: str) -> np.ndarray:
+def as_real_array(x, name: str, *, fp8: bool = False) -> np.ndarray:
     """Return `x` as a real floating ndarray, rejecting bool, complex and object.
 
     Integer input becomes float64; float16/32/64 and bfloat16 keep their
-    dtype; float8 and other floating types (e.g. longdouble) are rejected so
+    dtype; float8 (kept as it is with ``fp8=True`` for float8_e4m3fn and
+    float8_e5m2) and other floating types (e.g. longdouble) are rejected so
     results stay comparable.
     """
     if isinstance(x, np.ndarray):
@@ -77,7 +83,7 @@ def as_real_array(x, name: str) -> np.ndarray:
             arr = np.asarray(x)
         except (TypeError, ValueError) as exc:
             raise TypeError(f"{name} must be array-like of real numbers; got {type(x).__name__}: {exc}") from None
-    if is_bfloat16(arr.dtype):
+    if is_bfloat16(arr.dtype) or (fp8 and is_fp8(arr.dtype)):
         return arr
     _reject_narrow_float(arr.dtype, name)
     kind = arr.dtype.kind

@@ -24,6 +24,7 @@ from ._validation import (
     check_window,
     result_dtype,
 )
+from .fp8 import dequantize_inputs
 from .masks import ALIGNMENTS, in_window
 from .softmax import softmax
 
@@ -234,6 +235,7 @@ def prepare_attention(q, k, v, **options) -> AttentionProblem:
     if unknown:
         raise TypeError(f"prepare_attention() got unexpected keyword arguments {sorted(unknown)}")
     options = OPTIONS | options
+    q, k, v, dequantized_dtype = dequantize_inputs(q, k, v, options)  # fp8 and descales: the arrays they stand for
     mask, bias, window, scale, softcap = (options[name] for name in ("mask", "bias", "window", "scale", "softcap"))
     alibi_slopes, sinks, causal_alignment = options["alibi_slopes"], options["sinks"], options["causal_alignment"]
     q = as_real_array(q, "q")
@@ -253,6 +255,7 @@ def prepare_attention(q, k, v, **options) -> AttentionProblem:
             f"k and v must have the same number of keys S (axis -2); got k {k.shape} and v {v.shape}"
         )
     out_dtype, work_dtype = result_dtype(q, k, v)
+    out_dtype = out_dtype if dequantized_dtype is None else dequantized_dtype
     L, E = q.shape[-2:]
     S = k.shape[-2]
 

@@ -8,7 +8,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._options import DETERMINISTIC, takes_options
+from ._options import DESCALES, DETERMINISTIC, OPTIONS, takes_options
 from ._validation import as_real_array, check_shape, result_dtype
 from .attention import AttentionProblem, prepare_attention
 from .blockwise import _block_sizes, _safe_max, blockwise_attention
@@ -229,7 +229,7 @@ def _tiled(p, dout, out, lse, keeps, keeps_again, dropout_p, block_q, block_k):
     return dq, dk, dv, dbias, delta
 
 
-@takes_options()
+@takes_options(*(name for name in OPTIONS if name not in DESCALES))
 def attention_backward(q, k, v, dout, *, out=None, lse=None, block_size=None, **options):
     r"""Gradients of `scaled_dot_product_attention` with respect to `q`, `k`, `v`, `bias` and `sinks`.
 
@@ -419,7 +419,7 @@ def attention_backward(q, k, v, dout, *, out=None, lse=None, block_size=None, **
             if lse is None or (out is None and not p.has_dropout):
                 # The forward, tile by tile: its lse (and, without dropout, its output).
                 forward = blockwise_attention(q, k, v, block_size=blocks, return_lse=True,
-                                              **{name: options[name] for name in DETERMINISTIC})
+                                              **{name: options[name] for name in DETERMINISTIC if name in options})
                 out = forward[0].astype(work) if out is None and not p.has_dropout else out
                 lse = forward[1].astype(work) if lse is None else lse
             keeps = keeps_again = None

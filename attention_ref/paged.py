@@ -114,8 +114,9 @@ def paged_attention(q, k_pages, v_pages, block_table, kv_lens, *, cu_seqlens_q=N
         ``alibi_slopes`` and ``sinks`` (one per query head, shape
         ``(Hq,)``), ``enable_gqa``, ``dropout_p`` with ``rng`` or
         ``dropout_mask`` (a list of one keep-mask per sequence, each
-        broadcastable to ``(Hq, Lq_b, kv_lens[b])``), and
-        ``return_weights``. ``causal_alignment="bottom-right"`` makes each
+        broadcastable to ``(Hq, Lq_b, kv_lens[b])``), ``return_weights``,
+        and for fp8 input ``q_descale``, ``k_descale`` and ``v_descale``:
+        scalars, or shape ``(B, Hkv)`` with row ``b`` for sequence ``b``. ``causal_alignment="bottom-right"`` makes each
         sequence's queries its last positions: chunked prefill and decoding.
         ``mask`` and ``bias`` are not accepted.
 
@@ -195,9 +196,9 @@ def paged_attention(q, k_pages, v_pages, block_table, kv_lens, *, cu_seqlens_q=N
     """
     reject_per_pair_options(options, "paged_attention")
     return_lse = check_bool(return_lse, "return_lse")
-    q = as_real_array(q, "q")
-    k_pages = as_real_array(k_pages, "k_pages")
-    v_pages = as_real_array(v_pages, "v_pages")
+    q = as_real_array(q, "q", fp8=True)
+    k_pages = as_real_array(k_pages, "k_pages", fp8=True)
+    v_pages = as_real_array(v_pages, "v_pages", fp8=True)
     _check_pages(k_pages, v_pages)
     num_pages, _, page_size, _ = k_pages.shape
     table = as_int_array(block_table, "block_table", 2, "(B, max_pages)")

@@ -23,9 +23,10 @@ from __future__ import annotations
 import numpy as np
 
 from ._options import DROPOUT
-from ._validation import as_real_array, check_real, is_bfloat16
+from ._validation import as_real_array, check_real, is_bfloat16, is_fp8
 from .attention import prepare_attention, scaled_dot_product_attention
 from .backward import AttentionGrads, attention_backward, finish_grads
+from .fp8 import dequantize_inputs
 
 __all__ = ["assert_attention_close", "assert_attention_grads_close", "assert_lse_close"]
 
@@ -81,14 +82,29 @@ def _rounding(dtype: np.dtype):
     return rnd, work
 
 
-def _naive_forward(q, k, v, dtype: np.dtype, options: dict):
+def _dequantized(q, k, v, options: dict):
+    """``(q, k, v, options, fp8)``: float64 copies of what the kernel's inputs stand for, and the rest.
+
+    fp8 arrays are dequantized by their descales (exactly, in float64) and the descales leave the options;
+    ``fp8`` is the fp8 dtype of the input (None when no array is fp8).
+    """
+    options = dict(options)
+    fp8 = next((a.dtype for a in (q, k, v) if is_fp8(getattr(a, "dtype", None))), None)
+    arrays = [np.asarray(a).astype(np.float64) if is_fp8(getattr(a, "dtype", None))
+              else as_real_array(a, name).astype(np.float64) for a, name in ((q, "q"), (k, "k"), (v, "v"))]
+    q64, k64, v64, _ = dequantize_inputs(arrays[0], arrays[1], arrays[2], options)
+    return q64, k64, v64, options, fp8
+
+
+def _naive_forward(q, k, v, dtype: np.dtype, options: dict, intermediate=None):
     """The textbook forward with every step rounded to `dtype`: ``(p, weights, capped, sink_weight, out, lse, kept)``.
 
     ``capped`` is ``tanh(s / c)`` of the soft cap (None without one), ``sink_weight`` each row's weight on
     its sink (None without sinks); ``out`` is not broadcast to the output's batch shape. ``lse`` (..., L) is
     ``rd(m + rd(log Z))``, ``-inf`` for a row whose denominator is zero. With a dropout mask, ``kept`` is
     ``keep / (1 - dropout_p)`` (..., L, S), which multiplies the weights before the product with the values
-    (``weights`` are those before dropout); None without one.
+    (``weights`` are those before dropout); None without one. An `intermediate` dtype (fp8) rounds the weights
+    once more before that product, FlashAttention 3's ``intermediate_dtype``.
     """
     rnd, work = _rounding(dtype)
     q, k, v = (as_real_array(a, name).astype(dtype) for a, name in ((q, "q"), (k, "k"), (v, "v")))
@@ -119,6 +135,8 @@ def _naive_forward(q, k, v, dtype: np.dtype, options: dict):
         weights = rnd(e / safe_total)  # rows with no allowed key: zeros
         if sinks is not None:
             sink_weight = rnd(sink_e / safe_total)[..., 0]  # (..., L)
+        if intermediate is not None:
+            weights = weights.astype(intermediate).astype(work)
         kept = None
         if p.has_dropout:  # only with a given mask: the checkers take no generator
             kept = p.keep(weights.shape) * work.type(1.0 / (1.0 - p.dropout_p))  # (..., L, S)
@@ -128,9 +146,9 @@ def _naive_forward(q, k, v, dtype: np.dtype, options: dict):
     return p, weights, capped, sink_weight, out, lse, kept
 
 
-def _naive_attention(q, k, v, dtype: np.dtype, options: dict) -> np.ndarray:
+def _naive_attention(q, k, v, dtype: np.dtype, options: dict, intermediate=None) -> np.ndarray:
     """The textbook formula with every step rounded to `dtype` (the baseline; see assert_attention_close)."""
-    p, _, _, _, out, _, _ = _naive_forward(q, k, v, dtype, options)
+    p, _, _, _, out, _, _ = _naive_forward(q, k, v, dtype, options, intermediate)
     return np.broadcast_to(out, p.out_shape).astype(dtype)
 
 
@@ -321,15 +339,17 @@ def assert_attention_close(actual, q, k, v, *, factor=2.0, atol=None, **options)
     if atol is not None:
         atol = check_real(atol, "atol", minimum=0.0)
     dtype = np.dtype(actual.dtype)
-    reference = scaled_dot_product_attention(
-        *(as_real_array(a, name).astype(np.float64) for a, name in ((q, "q"), (k, "k"), (v, "v"))), **options
-    )
+    q64, k64, v64, plain, fp8 = _dequantized(q, k, v, options)
+    reference = scaled_dot_product_attention(q64, k64, v64, **plain)
     if actual.shape != reference.shape:
         raise ValueError(
             f"actual must have the shape of the attention output of q, k and v, {reference.shape}; "
             f"got {actual.shape}"
         )
-    baseline = _naive_attention(q, k, v, dtype, options)
+    if fp8 is None:
+        baseline = _naive_attention(q, k, v, dtype, options)
+    else:  # FlashAttention 3's: the dequantized inputs in the output's dtype, the weights rounded to fp8
+        baseline = _naive_attention(q64, k64, v64, dtype, plain, intermediate=fp8)
     failure = _compare(actual, reference, baseline, factor, atol)
     if failure:
         raise AssertionError(failure)
@@ -441,16 +461,14 @@ def assert_lse_close(actual_lse, q, k, v, *, base="e", empty=-np.inf, factor=2.0
     factor = check_real(factor, "factor", minimum=0.0)
     if atol is not None:
         atol = check_real(atol, "atol", minimum=0.0)
-    _, reference = scaled_dot_product_attention(
-        *(as_real_array(a, name).astype(np.float64) for a, name in ((q, "q"), (k, "k"), (v, "v"))),
-        return_lse=True, **options,
-    )
+    q64, k64, v64, plain, _ = _dequantized(q, k, v, options)
+    _, reference = scaled_dot_product_attention(q64, k64, v64, return_lse=True, **plain)
     if actual.shape != reference.shape:
         raise ValueError(
             f"actual_lse must have the shape of the output's rows (its shape without the last axis), "
             f"{reference.shape}; got {actual.shape}"
         )
-    _, _, _, _, _, baseline, _ = _naive_forward(q, k, v, np.dtype(np.float32), options)
+    _, _, _, _, _, baseline, _ = _naive_forward(q64, k64, v64, np.dtype(np.float32), plain)
     baseline = np.broadcast_to(baseline, reference.shape).astype(np.float64)
     per_nat = _LOG_BASES[base]  # 1 / log(base)
     no_key = reference == -np.inf

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._options import DESCALES
 from ._validation import as_real_array, check_bool, check_exact_ndim
 from .attention import scaled_dot_product_attention
 
@@ -66,14 +67,22 @@ def attend_each(parts, options: dict, return_lse: bool) -> tuple[list, list, lis
     are then held at a time.
     """
     return_weights = check_bool(options.get("return_weights", False), "return_weights")
-    masks = options.get("dropout_mask")
-    per_sequence = isinstance(masks, (list, tuple))  # one keep-mask per sequence
+    given = options.get("dropout_mask")
+    masks: list | tuple = given if isinstance(given, (list, tuple)) else ()  # one keep-mask per sequence
+    per_sequence = isinstance(given, (list, tuple))
+    # (B, Hkv) descales: row b is sequence b's, one factor per key/value head
+    descales = {name: np.asarray(options[name]) for name in DESCALES
+                if options.get(name) is not None and np.ndim(options[name]) == 2}
     outs, weights, lses = [], [], []
     for b, (q_b, k_b, v_b) in enumerate(parts):
         if per_sequence:
             if b >= len(masks):
                 raise ValueError(f"dropout_mask must hold one keep-mask per sequence; got {len(masks)} for more")
             options = options | {"dropout_mask": masks[b]}
+        for name, factors in descales.items():
+            if b >= len(factors):
+                raise ValueError(f"{name} must have one row per sequence; got shape {factors.shape} for more")
+            options = options | {name: factors[b]}
         result = scaled_dot_product_attention(q_b, k_b, v_b, return_lse=return_lse, **options)
         out, *rest = result if return_weights or return_lse else (result,)
         outs.append(out)
@@ -81,6 +90,9 @@ def attend_each(parts, options: dict, return_lse: bool) -> tuple[list, list, lis
         lses.append(rest[-1] if return_lse else None)
     if per_sequence and len(masks) != len(outs):
         raise ValueError(f"dropout_mask must hold one keep-mask per sequence, {len(outs)}; got {len(masks)}")
+    for name, factors in descales.items():
+        if len(factors) != len(outs):
+            raise ValueError(f"{name} must have one row per sequence, {len(outs)}; got shape {factors.shape}")
     return outs, weights, lses
 
 
@@ -116,7 +128,9 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, *, return_lse=False, *
         ``scale``, ``enable_gqa``, ``return_weights``, ``dropout_p`` with
         ``rng`` or ``dropout_mask`` (a list of one keep-mask per sequence,
         each broadcastable to ``(H, Lq_b, Sk_b)``), and ``softcap``,
-        ``window``, ``alibi_slopes`` and ``sinks``. ``mask`` and ``bias``
+        ``window``, ``alibi_slopes`` and ``sinks``; for fp8 input
+        ``q_descale``, ``k_descale`` and ``v_descale``, scalars or of shape
+        ``(B, Hkv)``, row ``b`` for sequence ``b``. ``mask`` and ``bias``
         are not accepted: they are (L, S) matrices of one call, which a
         packed batch does not have.
 
@@ -195,9 +209,9 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, *, return_lse=False, *
     """
     reject_per_pair_options(options, "varlen_attention")
     return_lse = check_bool(return_lse, "return_lse")
-    q = as_real_array(q, "q")
-    k = as_real_array(k, "k")
-    v = as_real_array(v, "v")
+    q = as_real_array(q, "q", fp8=True)
+    k = as_real_array(k, "k", fp8=True)
+    v = as_real_array(v, "v", fp8=True)
     check_exact_ndim(q, "q", 3, "(H, total_q, E)")
     check_exact_ndim(k, "k", 3, "(Hkv, total_k, E)")
     check_exact_ndim(v, "v", 3, "(Hkv, total_k, Ev)")
