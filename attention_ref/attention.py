@@ -407,6 +407,15 @@ def scaled_dot_product_attention(q, k, v, *, return_weights=False, return_lse=Fa
     enable_gqa : bool, optional
         Grouped-query attention: `k` and `v` may have fewer heads (axis -3)
         than `q`; query head ``h`` uses key/value head ``h // (Hq // Hkv)``.
+    q_descale, k_descale, v_descale : float or array_like, optional
+        Descale factors of fp8 input (float8_e4m3fn or float8_e5m2, the
+        ml_dtypes dtypes): the attention is that of ``x.astype(float64) *
+        x_descale``, formed exactly, and the output is bfloat16 (FlashAttention
+        3's convention). A scalar, or FlashAttention 3's shape ``(B, Hkv)``
+        lining up with the axes before the last two; under `enable_gqa`,
+        ``q_descale[b, g]`` applies to every query head of group ``g``.
+        Without a descale an fp8 array stands for itself (descale 1). See
+        `quantize_fp8`.
     return_weights : bool, optional
         Also return the attention weights.
     return_lse : bool, optional

@@ -188,6 +188,9 @@ def blockwise_attention(q, k, v, *, block_size=256, return_lse=False, **options)
     enable_gqa : bool, optional
         Grouped-query attention; query head ``h`` uses key/value head
         ``h // (Hq // Hkv)``.
+    q_descale, k_descale, v_descale : float or array_like, optional
+        Descale factors of fp8 input, as in `scaled_dot_product_attention`;
+        fp8 input gives bfloat16 output.
     return_lse : bool, optional
         Also return the log-sum-exp of each query row's scores.
 

@@ -280,6 +280,15 @@ def assert_attention_close(actual, q, k, v, *, factor=2.0, atol=None, **options)
        \mathrm{rd}(e / Z)`; rows with no allowed key are zeros;
     5. :math:`N = \mathrm{rd}(w v)`.
 
+    fp8 input (with ``q_descale``, ``k_descale``, ``v_descale``) is checked
+    as FlashAttention 3's tests check it (``hopper/test_flash_attn.py``,
+    whose ``attention_ref`` in ``hopper/test_util.py`` is called with
+    ``upcast=False`` and ``intermediate_dtype`` the fp8 dtype): :math:`R`
+    is the attention of the dequantized arrays, and :math:`N` runs the
+    steps above in the dtype of `actual` (bfloat16 for an fp8 kernel) on
+    the dequantized arrays, with the weights :math:`w` rounded to the fp8
+    format once more before step 5.
+
     The bound uses the baseline's *largest* error, not its error element
     by element: at a single element the baseline can land on the rounded
     reference by luck, and a correct kernel would then fail there.
