@@ -30,9 +30,14 @@ Dtypes
     optional ``ml_dtypes`` package, which JAX uses) is accepted wherever a
     float is, computed in float32 and returned as bfloat16; ml_dtypes is
     imported only when a bfloat16 dtype has to be made from its name. The
-    8-bit and narrower ml_dtypes floats (float8_e4m3fn, float8_e5m2, ...)
-    are rejected with a TypeError: convert them, exactly, to float32 or
-    bfloat16 first. Dropout needs an explicit ``numpy.random.Generator``.
+    forward attention functions also take float8_e4m3fn and float8_e5m2
+    with the descale options ``q_descale``, ``k_descale``, ``v_descale``
+    (FlashAttention 3's): they compute the attention of the dequantized
+    arrays and return bfloat16 (see `quantize_fp8`). Elsewhere the 8-bit
+    and narrower ml_dtypes floats are rejected with a TypeError: convert
+    them, exactly, to float32 or bfloat16 first. Dropout needs an explicit
+    ``numpy.random.Generator``, or the keep-mask itself as
+    ``dropout_mask``.
 Multi-head parameters
     Row convention: ``Q = x @ w_q + b_q`` with ``w_q`` of shape
     ``(d_model, n_heads * d_head)``; head ``h`` owns columns
@@ -69,8 +74,10 @@ from .flex_mods import (
     sliding_window_mask_mod,
     softcap_score_mod,
 )
+from .fp8 import quantize_fp8
 from .masks import causal_mask, mask_to_bias, padding_mask, sliding_window_mask
 from .multihead import MultiHeadParams, init_multi_head_params, merge_heads, multi_head_attention, split_heads
+from .paged import block_table_from_indptr, nhd_to_hnd, paged_attention
 from .plotting import plot_attention, plot_heads
 from .positional import alibi_bias, alibi_slopes, apply_rope, sinusoidal_positions
 from .softmax import log_softmax, logsumexp, softmax
@@ -89,6 +96,7 @@ __all__ = [
     "apply_rope",
     "attention_backward",
     "block_mask_to_dense",
+    "block_table_from_indptr",
     "blockwise_attention",
     "causal_mask",
     "causal_mask_mod",
@@ -105,12 +113,15 @@ __all__ = [
     "merge_attention",
     "merge_heads",
     "multi_head_attention",
+    "nhd_to_hnd",
     "noop_mask",
     "or_masks",
     "padding_mask",
+    "paged_attention",
     "plot_attention",
     "plot_heads",
     "prefix_lm_mask_mod",
+    "quantize_fp8",
     "relative_bias_score_mod",
     "scaled_dot_product_attention",
     "sinusoidal_positions",

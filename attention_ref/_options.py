@@ -33,11 +33,19 @@ OPTIONS: dict[str, object] = {
     "sinks": None,
     "dropout_p": 0.0,
     "rng": None,
+    "dropout_mask": None,
     "enable_gqa": False,
+    "q_descale": None,
+    "k_descale": None,
+    "v_descale": None,
 }
 
+#: The options of dropout: its probability, and either a generator to draw the mask or the mask itself.
+DROPOUT = ("dropout_p", "rng", "dropout_mask")
+#: The descale factors of fp8 inputs (a forward-only option set: the backward takes no fp8).
+DESCALES = ("q_descale", "k_descale", "v_descale")
 #: The options of a deterministic call: all but dropout's (`blockwise_attention`'s set).
-DETERMINISTIC = tuple(name for name in OPTIONS if name not in ("dropout_p", "rng"))
+DETERMINISTIC = tuple(name for name in OPTIONS if name not in DROPOUT)
 
 
 def takes_options(*names: str):

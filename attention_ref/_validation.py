@@ -52,6 +52,11 @@ def bfloat16_dtype() -> np.dtype:
     return np.dtype(ml_dtypes.bfloat16)
 
 
+def is_fp8(dtype) -> bool:
+    """Whether `dtype` is one of the fp8 formats the attention functions take (float8_e4m3fn, float8_e5m2)."""
+    return isinstance(dtype, np.dtype) and _extension_name(dtype) in ("float8_e4m3fn", "float8_e5m2")
+
+
 def _reject_narrow_float(dtype: np.dtype, name: str) -> None:
     """Raise TypeError for 8-bit and narrower ml_dtypes floats: storage formats, upcast exactly first."""
     if _extension_name(dtype).startswith(_NARROW_FLOAT_PREFIXES):
@@ -61,11 +66,12 @@ def _reject_narrow_float(dtype: np.dtype, name: str) -> None:
         )
 
 
-def as_real_array(x, name: str) -> np.ndarray:
+def as_real_array(x, name: str, *, fp8: bool = False) -> np.ndarray:
     """Return `x` as a real floating ndarray, rejecting bool, complex and object.
 
     Integer input becomes float64; float16/32/64 and bfloat16 keep their
-    dtype; float8 and other floating types (e.g. longdouble) are rejected so
+    dtype; float8 (kept as it is with ``fp8=True`` for float8_e4m3fn and
+    float8_e5m2) and other floating types (e.g. longdouble) are rejected so
     results stay comparable.
     """
     if isinstance(x, np.ndarray):
@@ -77,7 +83,7 @@ def as_real_array(x, name: str) -> np.ndarray:
             arr = np.asarray(x)
         except (TypeError, ValueError) as exc:
             raise TypeError(f"{name} must be array-like of real numbers; got {type(x).__name__}: {exc}") from None
-    if is_bfloat16(arr.dtype):
+    if is_bfloat16(arr.dtype) or (fp8 and is_fp8(arr.dtype)):
         return arr
     _reject_narrow_float(arr.dtype, name)
     kind = arr.dtype.kind
@@ -310,3 +316,20 @@ def check_finite(arr: np.ndarray, name: str) -> None:
     if not np.all(np.isfinite(arr)):
         bad = arr[~np.isfinite(arr)]
         raise ValueError(f"{name} must be finite; got {bad.size} non-finite value(s), e.g. {bad.flat[0]}")
+
+
+def as_int_array(x, name: str, ndim: int, layout: str) -> np.ndarray:
+    """Return `x` as an int64 array of exactly `ndim` axes; floats, booleans and the rest are a TypeError.
+
+    An empty list (which NumPy makes float64) counts as integers, so that its shape is what gets checked.
+    """
+    try:
+        arr = np.asarray(x)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{name} must be an array of integers {layout}; got {type(x).__name__}: {exc}") from None
+    if arr.size == 0 and arr.dtype == np.float64:
+        arr = arr.astype(np.int64)
+    if arr.dtype.kind not in "iu":
+        raise TypeError(f"{name} must hold integers {layout}; got dtype {arr.dtype}")
+    check_exact_ndim(arr, name, ndim, layout)
+    return arr.astype(np.int64, copy=False)

@@ -24,6 +24,7 @@ from ._validation import (
     check_window,
     result_dtype,
 )
+from .fp8 import dequantize_inputs
 from .masks import ALIGNMENTS, in_window
 from .softmax import softmax
 
@@ -69,7 +70,20 @@ class AttentionProblem:
     out_dtype: np.dtype
     out_shape: tuple[int, ...]  # (..., L, Ev)
     dropout_p: float = 0.0  # probability of zeroing each weight
-    rng: np.random.Generator | None = None  # dropout's generator (checked when dropout_p > 0)
+    rng: np.random.Generator | None = None  # dropout's generator (checked when dropout_p > 0 without a mask)
+    dropout_mask: np.ndarray | None = None  # bool keep-mask broadcastable to (..., L, S), instead of drawing one
+
+    @property
+    def has_dropout(self) -> bool:
+        """Whether weights are dropped: a probability above zero, or a given keep-mask."""
+        return self.dropout_p > 0 or self.dropout_mask is not None
+
+    def keep(self, shape: tuple[int, ...]) -> np.ndarray:
+        """The dropout keep-mask of weights of `shape` (..., L, S): the given mask, else one draw from ``rng``."""
+        if self.dropout_mask is not None:
+            return np.broadcast_to(self.dropout_mask, np.broadcast_shapes(self.dropout_mask.shape, shape))
+        assert self.rng is not None  # prepare_attention requires one for dropout without a mask
+        return self.rng.random(shape) >= self.dropout_p
 
     @property
     def n_queries(self) -> int:
@@ -221,6 +235,7 @@ def prepare_attention(q, k, v, **options) -> AttentionProblem:
     if unknown:
         raise TypeError(f"prepare_attention() got unexpected keyword arguments {sorted(unknown)}")
     options = OPTIONS | options
+    q, k, v, dequantized_dtype = dequantize_inputs(q, k, v, options)  # fp8 and descales: the arrays they stand for
     mask, bias, window, scale, softcap = (options[name] for name in ("mask", "bias", "window", "scale", "softcap"))
     alibi_slopes, sinks, causal_alignment = options["alibi_slopes"], options["sinks"], options["causal_alignment"]
     q = as_real_array(q, "q")
@@ -240,6 +255,7 @@ def prepare_attention(q, k, v, **options) -> AttentionProblem:
             f"k and v must have the same number of keys S (axis -2); got k {k.shape} and v {v.shape}"
         )
     out_dtype, work_dtype = result_dtype(q, k, v)
+    out_dtype = out_dtype if dequantized_dtype is None else dequantized_dtype
     L, E = q.shape[-2:]
     S = k.shape[-2]
 
@@ -287,7 +303,19 @@ def prepare_attention(q, k, v, **options) -> AttentionProblem:
     if sinks is not None:
         sinks = as_per_head(sinks, "sinks", heads, work_dtype)
     dropout_p = check_real(options["dropout_p"], "dropout_p", minimum=0.0, below=1.0)
-    rng = check_generator(options["rng"]) if dropout_p > 0 else None
+    dropout_mask = options["dropout_mask"]
+    if dropout_mask is None:
+        rng = check_generator(options["rng"]) if dropout_p > 0 else None
+    else:
+        if options["rng"] is not None:
+            raise TypeError(
+                "dropout_mask and rng are exclusive: a given dropout_mask is applied as it is and no generator "
+                "is drawn from; pass one of them"
+            )
+        rng = None
+        dropout_mask = _at_least_2d(as_bool_mask(dropout_mask, "dropout_mask"))
+        scores = (*batch, L, S)
+        broadcast_shapes("dropout_mask and the scores", [("dropout_mask", dropout_mask.shape), ("scores", scores)])
 
     return AttentionProblem(
         q=q.astype(work_dtype, copy=False),
@@ -305,11 +333,12 @@ def prepare_attention(q, k, v, **options) -> AttentionProblem:
         out_shape=out_shape,
         dropout_p=dropout_p,
         rng=rng,
+        dropout_mask=dropout_mask,
     )
 
 
 @takes_options()
-def scaled_dot_product_attention(q, k, v, *, return_weights=False, **options):
+def scaled_dot_product_attention(q, k, v, *, return_weights=False, return_lse=False, **options):
     r"""Scaled dot-product attention: ``softmax(q k^T * scale + bias) v``.
 
     Parameters
@@ -366,12 +395,32 @@ def scaled_dot_product_attention(q, k, v, *, return_weights=False, **options):
         Probability in [0, 1) of zeroing each weight (inverted dropout: kept
         weights are divided by ``1 - dropout_p``). Needs `rng`.
     rng : numpy.random.Generator, optional
-        Source of randomness for dropout; required when ``dropout_p > 0``.
+        Source of randomness for dropout; required when ``dropout_p > 0``
+        unless `dropout_mask` is given.
+    dropout_mask : array_like of bool, shape broadcastable to (..., L, S), optional
+        The dropout keep-mask to apply instead of drawing one: True keeps a
+        weight, which is then divided by ``1 - dropout_p``. Lets a kernel's
+        own mask be replayed; not together with `rng`. FlashAttention's
+        ``S_dmask`` (returned with ``return_attn_probs=True``) marks a
+        dropped weight with its sign bit, so its keep-mask is
+        ``S_dmask >= 0`` (cut to the (L, S) of the call).
     enable_gqa : bool, optional
         Grouped-query attention: `k` and `v` may have fewer heads (axis -3)
         than `q`; query head ``h`` uses key/value head ``h // (Hq // Hkv)``.
+    q_descale, k_descale, v_descale : float or array_like, optional
+        Descale factors of fp8 input (float8_e4m3fn or float8_e5m2, the
+        ml_dtypes dtypes): the attention is that of ``x.astype(float64) *
+        x_descale``, formed exactly, and the output is bfloat16 (FlashAttention
+        3's convention). A scalar, or FlashAttention 3's shape ``(B, Hkv)``
+        lining up with the axes before the last two; under `enable_gqa`,
+        ``q_descale[b, g]`` applies to every query head of group ``g``.
+        Without a descale an fp8 array stands for itself (descale 1). See
+        `quantize_fp8`.
     return_weights : bool, optional
         Also return the attention weights.
+    return_lse : bool, optional
+        Also return the log-sum-exp of each row's scores, as
+        `blockwise_attention` returns it.
 
     Returns
     -------
@@ -383,13 +432,20 @@ def scaled_dot_product_attention(q, k, v, *, return_weights=False, **options):
         Only with ``return_weights=True``: the weights applied to `v` (after
         dropout, if any). Rows sum to one (to less than one with `sinks`),
         except rows with no allowed key, which are zero.
+    lse : ndarray, shape (..., L)
+        Only with ``return_lse=True``, after `weights` if both are asked
+        for: :math:`\log(e^{s_h} + \sum_{j \in A_i} e^{x_{ij}})` in the
+        natural log (notation of the Notes), the sink counted once; ``-inf``
+        for a row with no allowed key, or the sink's logit :math:`s_h` where
+        there is a sink. Before dropout, in the working dtype (float32 for
+        float16 and bfloat16 input, as FlashAttention returns it).
 
     Raises
     ------
     TypeError
         If an array is complex, boolean or non-numeric (or `mask` is not
-        boolean), `is_causal`, `enable_gqa` or `return_weights` is not a
-        bool, `rng` is not a Generator when dropout is on, `softcap` is not
+        boolean), `is_causal`, `enable_gqa`, `return_weights` or
+        `return_lse` is not a bool, `rng` is not a Generator when dropout is on, `softcap` is not
         a real number, or `window` is not a pair of ints or None.
     ValueError
         If shapes do not fit: E differs between `q` and `k`, S between `k`
@@ -520,23 +576,37 @@ def scaled_dot_product_attention(q, k, v, *, return_weights=False, **options):
     ...                                     softcap=2.0, return_weights=True)
     >>> w
     array([[0.88074525, 0.11925475]])
+
+    The log-sum-exp of each row's scores, the softmax's normaliser:
+
+    >>> out, lse = scaled_dot_product_attention(q, k, v, return_lse=True)
+    >>> lse
+    array([1.10794031, 1.10794031])
+    >>> bool(np.allclose(lse, np.log(np.exp(q @ k.T / np.sqrt(2)).sum(axis=-1))))
+    True
     """
     p = prepare_attention(q, k, v, **options)
     return_weights = check_bool(return_weights, "return_weights")
+    return_lse = check_bool(return_lse, "return_lse")
+    lse = None
+    if return_lse:
+        from .blockwise import online_softmax  # blockwise builds on this module
 
-    if p.dropout_p == 0:
+        lse = online_softmax(p)[1]  # (..., L), the online softmax's normaliser
+
+    if not p.has_dropout:
         # The same formula, evaluated in cache-sized blocks of queries in place;
         # `out` does not depend on whether the weights are asked for as well.
         out = dense_attention(p)  # non-finite input gives NaN rows, without a warning
         if not return_weights:
-            return out
+            return out if lse is None else (out, lse)
     weights = _weights(p)  # (..., L, S)
-    if p.dropout_p > 0:
-        keep = p.rng.random(weights.shape) >= p.dropout_p
-        weights = weights * keep / (1.0 - p.dropout_p)
+    if p.has_dropout:
+        weights = weights * p.keep(weights.shape) / (1.0 - p.dropout_p)
         with np.errstate(invalid="ignore"):  # an infinite value times a zero weight: NaN, no warning
             out = np.broadcast_to(weights @ p.v, p.out_shape)  # (..., L, Ev)
         out = np.ascontiguousarray(out, dtype=p.out_dtype)
-    if return_weights:
-        return out, weights.astype(p.out_dtype, copy=False)
-    return out
+    results = (out, weights.astype(p.out_dtype, copy=False)) if return_weights else (out,)
+    if lse is not None:
+        results += (lse,)
+    return results if len(results) > 1 else out

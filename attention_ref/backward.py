@@ -8,7 +8,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._options import DETERMINISTIC, takes_options
+from ._options import DESCALES, DETERMINISTIC, OPTIONS, takes_options
 from ._validation import as_real_array, check_shape, result_dtype
 from .attention import AttentionProblem, prepare_attention
 from .blockwise import _block_sizes, _safe_max, blockwise_attention
@@ -229,7 +229,7 @@ def _tiled(p, dout, out, lse, keeps, keeps_again, dropout_p, block_q, block_k):
     return dq, dk, dv, dbias, delta
 
 
-@takes_options()
+@takes_options(*(name for name in OPTIONS if name not in DESCALES))
 def attention_backward(q, k, v, dout, *, out=None, lse=None, block_size=None, **options):
     r"""Gradients of `scaled_dot_product_attention` with respect to `q`, `k`, `v`, `bias` and `sinks`.
 
@@ -256,9 +256,12 @@ def attention_backward(q, k, v, dout, *, out=None, lse=None, block_size=None, **
     dropout_p : float, optional
         Dropout probability of the forward call, in [0, 1).
     rng : numpy.random.Generator, optional
-        Required when ``dropout_p > 0``: a generator in the state the
-        forward's generator had before the forward call, so that the same
-        dropout mask is drawn (see Notes).
+        Required when ``dropout_p > 0`` without `dropout_mask`: a generator
+        in the state the forward's generator had before the forward call, so
+        that the same dropout mask is drawn (see Notes).
+    dropout_mask : array_like of bool, shape broadcastable to (..., L, S), optional
+        The forward's keep-mask, as `scaled_dot_product_attention` takes it:
+        the same mask is applied, nothing is drawn. Not with `rng`.
     out : array_like, shape (..., L, Ev), optional
         The forward's output. Used, not recomputed, when given.
     lse : array_like, shape (..., L), optional
@@ -396,7 +399,7 @@ def attention_backward(q, k, v, dout, *, out=None, lse=None, block_size=None, **
     if result_dtype(*(as_real_array(a, name) for a, name in zip(given, "qkv", strict=True)))[0].itemsize < 4:
         q, k, v = (as_real_array(a, name).astype(np.float64) for a, name in zip(given, "qkv", strict=True))
     p = prepare_attention(q, k, v, **options)
-    dropout_p, rng = p.dropout_p, p.rng
+    dropout_p = p.dropout_p
     work = p.q.dtype
     dout = _checked(dout, "dout", p.out_shape, "the shape of the attention output (..., L, Ev)", work)
     if out is not None:
@@ -409,20 +412,22 @@ def attention_backward(q, k, v, dout, *, out=None, lse=None, block_size=None, **
     score_shape = (*_score_batch(p), p.n_queries, p.n_keys)
     with np.errstate(invalid="ignore", over="ignore"):  # non-finite input: NaN gradients, no warning
         if blocks is None:
-            keep = None if dropout_p == 0 else rng.random(score_shape) >= dropout_p
+            keep = p.keep(score_shape) if p.has_dropout else None
             dq, dk, dv, dx, lse, delta = _dense(p, dout, out, lse, keep, dropout_p)
             dbias = None if p.bias is None else dx
         else:
-            if lse is None or (out is None and dropout_p == 0):
+            if lse is None or (out is None and not p.has_dropout):
                 # The forward, tile by tile: its lse (and, without dropout, its output).
                 forward = blockwise_attention(q, k, v, block_size=blocks, return_lse=True,
-                                              **{name: options[name] for name in DETERMINISTIC})
-                out = forward[0].astype(work) if out is None and dropout_p == 0 else out
+                                              **{name: options[name] for name in DETERMINISTIC if name in options})
+                out = forward[0].astype(work) if out is None and not p.has_dropout else out
                 lse = forward[1].astype(work) if lse is None else lse
             keeps = keeps_again = None
-            if dropout_p > 0:
-                again = copy.deepcopy(rng)  # the same draws once more, for the output if it must be recomputed
-                keeps = _draws(rng, p.n_keys, dropout_p)
+            if p.dropout_mask is not None:  # the given mask, read in the order the draws would come
+                keeps, keeps_again = _mask_rows(p.keep(score_shape)), _mask_rows(p.keep(score_shape))
+            elif dropout_p > 0:
+                again = copy.deepcopy(p.rng)  # the same draws once more, for the output if it must be recomputed
+                keeps = _draws(p.rng, p.n_keys, dropout_p)
                 keeps_again = _draws(again, p.n_keys, dropout_p)
             dq, dk, dv, dbias, delta = _tiled(p, dout, out, lse, keeps, keeps_again, dropout_p, *blocks)
         dsinks = None
@@ -464,6 +469,19 @@ def _checked(arr, name: str, shape, what: str, dtype) -> np.ndarray:
     arr = as_real_array(arr, name)
     check_shape(arr, name, shape, what)
     return arr.astype(dtype, copy=False)
+
+
+def _mask_rows(keep: np.ndarray):
+    """A function giving the next ``rows`` rows of the keep-mask `keep` (..., L, S), in C order, as `_draws` does."""
+    flat = keep.reshape(-1, keep.shape[-1])  # (N * L, S)
+    start = 0
+
+    def keeps(rows: int) -> np.ndarray:
+        nonlocal start
+        start += rows
+        return flat[start - rows : start]
+
+    return keeps
 
 
 def _draws(rng: np.random.Generator, n_keys: int, dropout_p: float):

@@ -90,6 +90,51 @@ def _attend_query_block(p, p_inside, q_rows, kt, vs, rows, block_k, out, lse):
     np.add(m, l, out=lse[..., rows], where=seen)
 
 
+def online_softmax(p, block_q: int = 256, block_k: int = 256):
+    """``(out, lse)`` of the prepared problem `p` by the online softmax, in the working dtype.
+
+    The computation behind `blockwise_attention`, also what gives
+    `scaled_dot_product_attention` its ``return_lse``: ``out`` (..., L, Ev)
+    and ``lse`` (..., L), ``-inf`` (or the sink's logit) for a row with no
+    allowed key. Dropout in `p` is ignored: the log-sum-exp is that of the
+    weights before dropout.
+    """
+    # Tiles inside the window (below the causal diagonal) only need the mask, bias and ALiBi (if any).
+    p_inside = dataclasses.replace(p, window=None)
+    L, S = p.n_queries, p.n_keys
+    batch = p.out_shape[:-2]
+    dtype = p.q.dtype
+    ev = p.v.shape[-1]
+    # Broadcast views (no copies), so every tile has the full batch shape and
+    # the running state can be updated in place.
+    qs = np.broadcast_to(p.q, (*batch, L, p.q.shape[-1]))
+    kt = np.broadcast_to(np.swapaxes(p.k, -1, -2), (*batch, p.k.shape[-1], S))  # (..., E, S)
+    vs = np.broadcast_to(p.v, (*batch, S, ev))
+
+    out = np.zeros((*batch, L, ev), dtype=dtype)
+    lse = np.full((*batch, L), -np.inf, dtype=dtype)
+
+    def attend(r0):
+        """Fill ``out`` and ``lse`` for the query rows ``r0 : r0 + block_q``."""
+        rows = slice(r0, min(L, r0 + block_q))
+        with np.errstate(invalid="ignore", over="ignore"):  # per thread: errstate is thread-local
+            _attend_query_block(p, p_inside, qs[..., rows, :], kt, vs, rows, block_k, out, lse)
+            if not np.isfinite(out[..., rows, :]).all():
+                # The running sums reach up to S * max|v|, which overflows for values within a factor S of
+                # the largest float (or the input is not finite): redo the block with the values scaled down.
+                v_small, e = scaled_down_values(vs, S)
+                _attend_query_block(p, p_inside, qs[..., rows, :], kt, v_small, rows, block_k, out, lse)
+                np.ldexp(out[..., rows, :], e, out=out[..., rows, :])
+
+    # Query blocks are independent: run them on the package's thread pool
+    # (one BLAS thread each) when there is enough work, as the dense kernel does.
+    starts = range(0, L, block_q)
+    visited = [p.key_range(slice(r0, min(L, r0 + block_q))) for r0 in starts]  # keys each query block visits
+    n_scores = sum(min(block_q, L - r0) * (stop - start) for r0, (start, stop) in zip(starts, visited, strict=True))
+    run_blocks(attend, starts, math.prod(batch) * n_scores)
+    return out, lse
+
+
 @takes_options(*DETERMINISTIC)
 def blockwise_attention(q, k, v, *, block_size=256, return_lse=False, **options):
     r"""Attention computed block by block with an online softmax, never forming the (L, S) matrix.
@@ -143,6 +188,9 @@ def blockwise_attention(q, k, v, *, block_size=256, return_lse=False, **options)
     enable_gqa : bool, optional
         Grouped-query attention; query head ``h`` uses key/value head
         ``h // (Hq // Hkv)``.
+    q_descale, k_descale, v_descale : float or array_like, optional
+        Descale factors of fp8 input, as in `scaled_dot_product_attention`;
+        fp8 input gives bfloat16 output.
     return_lse : bool, optional
         Also return the log-sum-exp of each query row's scores.
 
@@ -275,39 +323,7 @@ def blockwise_attention(q, k, v, *, block_size=256, return_lse=False, **options)
     block_q, block_k = _block_sizes(block_size)
     return_lse = check_bool(return_lse, "return_lse")
     p = prepare_attention(q, k, v, **options)
-    # Tiles inside the window (below the causal diagonal) only need the mask, bias and ALiBi (if any).
-    p_inside = dataclasses.replace(p, window=None)
-    L, S = p.n_queries, p.n_keys
-    batch = p.out_shape[:-2]
-    dtype = p.q.dtype
-    ev = p.v.shape[-1]
-    # Broadcast views (no copies), so every tile has the full batch shape and
-    # the running state can be updated in place.
-    qs = np.broadcast_to(p.q, (*batch, L, p.q.shape[-1]))
-    kt = np.broadcast_to(np.swapaxes(p.k, -1, -2), (*batch, p.k.shape[-1], S))  # (..., E, S)
-    vs = np.broadcast_to(p.v, (*batch, S, ev))
-
-    out = np.zeros((*batch, L, ev), dtype=dtype)
-    lse = np.full((*batch, L), -np.inf, dtype=dtype)
-
-    def attend(r0):
-        """Fill ``out`` and ``lse`` for the query rows ``r0 : r0 + block_q``."""
-        rows = slice(r0, min(L, r0 + block_q))
-        with np.errstate(invalid="ignore", over="ignore"):  # per thread: errstate is thread-local
-            _attend_query_block(p, p_inside, qs[..., rows, :], kt, vs, rows, block_k, out, lse)
-            if not np.isfinite(out[..., rows, :]).all():
-                # The running sums reach up to S * max|v|, which overflows for values within a factor S of
-                # the largest float (or the input is not finite): redo the block with the values scaled down.
-                v_small, e = scaled_down_values(vs, S)
-                _attend_query_block(p, p_inside, qs[..., rows, :], kt, v_small, rows, block_k, out, lse)
-                np.ldexp(out[..., rows, :], e, out=out[..., rows, :])
-
-    # Query blocks are independent: run them on the package's thread pool
-    # (one BLAS thread each) when there is enough work, as the dense kernel does.
-    starts = range(0, L, block_q)
-    visited = [p.key_range(slice(r0, min(L, r0 + block_q))) for r0 in starts]  # keys each query block visits
-    n_scores = sum(min(block_q, L - r0) * (stop - start) for r0, (start, stop) in zip(starts, visited, strict=True))
-    run_blocks(attend, starts, math.prod(batch) * n_scores)
+    out, lse = online_softmax(p, block_q, block_k)
     out = out.astype(p.out_dtype, copy=False)
     if return_lse:
         return out, lse  # in the working dtype: float32 for float16 and bfloat16, as FlashAttention returns it

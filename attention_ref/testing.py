@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validation import as_real_array, check_real, is_bfloat16
+from ._options import DROPOUT
+from ._validation import as_real_array, check_real, is_bfloat16, is_fp8
 from .attention import prepare_attention, scaled_dot_product_attention
 from .backward import AttentionGrads, attention_backward, finish_grads
+from .fp8 import dequantize_inputs
 
-__all__ = ["assert_attention_close", "assert_attention_grads_close"]
+__all__ = ["assert_attention_close", "assert_attention_grads_close", "assert_lse_close"]
 
 #: Machine epsilon (spacing of the numbers just above 1) of each dtype `actual` may have.
 _EPS = {"float16": 2.0**-10, "bfloat16": 2.0**-7, "float32": 2.0**-23, "float64": 2.0**-52}
@@ -34,8 +36,21 @@ _EPS = {"float16": 2.0**-10, "bfloat16": 2.0**-7, "float32": 2.0**-23, "float64"
 #: (16-bit), sixteen where the kernel and the baseline are equally precise (float32) or the reference is
 #: no more precise than the kernel (float64).
 _ATOL_UNITS = {"float16": 1.0, "bfloat16": 1.0, "float32": 16.0, "float64": 16.0}
-#: Options of scaled_dot_product_attention that make no sense for comparing one deterministic output.
+#: Options of scaled_dot_product_attention that make no sense for comparing one deterministic output
+#: (``dropout_p`` is one unless a ``dropout_mask`` makes the dropout deterministic).
 _NOT_OPTIONS = ("return_weights", "dropout_p", "rng")
+
+
+def _check_deterministic(options: dict, function: str) -> None:
+    """Raise TypeError if `options` make the call random or ask for more than the output."""
+    for name in _NOT_OPTIONS:
+        if name in options and not (name == "dropout_p" and options.get("dropout_mask") is not None):
+            raise TypeError(
+                f"{function} checks one deterministic call; {name} is not an option here"
+                + (" without dropout_mask, the kernel's own keep-mask" if name == "dropout_p" else "")
+            )
+#: The bases a kernel's log-sum-exp may have, each with the factor turning a natural log into it.
+_LOG_BASES = {"e": 1.0, 2: 1.0 / np.log(2.0)}
 
 
 def _output_array(actual, name: str = "actual") -> np.ndarray:
@@ -67,11 +82,29 @@ def _rounding(dtype: np.dtype):
     return rnd, work
 
 
-def _naive_forward(q, k, v, dtype: np.dtype, options: dict):
-    """The textbook forward with every step rounded to `dtype`: ``(p, weights, capped, sink_weight, out)``.
+def _dequantized(q, k, v, options: dict):
+    """``(q, k, v, options, fp8)``: float64 copies of what the kernel's inputs stand for, and the rest.
+
+    fp8 arrays are dequantized by their descales (exactly, in float64) and the descales leave the options;
+    ``fp8`` is the fp8 dtype of the input (None when no array is fp8).
+    """
+    options = dict(options)
+    fp8 = next((a.dtype for a in (q, k, v) if is_fp8(getattr(a, "dtype", None))), None)
+    arrays = [np.asarray(a).astype(np.float64) if is_fp8(getattr(a, "dtype", None))
+              else as_real_array(a, name).astype(np.float64) for a, name in ((q, "q"), (k, "k"), (v, "v"))]
+    q64, k64, v64, _ = dequantize_inputs(arrays[0], arrays[1], arrays[2], options)
+    return q64, k64, v64, options, fp8
+
+
+def _naive_forward(q, k, v, dtype: np.dtype, options: dict, intermediate=None):
+    """The textbook forward with every step rounded to `dtype`: ``(p, weights, capped, sink_weight, out, lse, kept)``.
 
     ``capped`` is ``tanh(s / c)`` of the soft cap (None without one), ``sink_weight`` each row's weight on
-    its sink (None without sinks); ``out`` is not broadcast to the output's batch shape.
+    its sink (None without sinks); ``out`` is not broadcast to the output's batch shape. ``lse`` (..., L) is
+    ``rd(m + rd(log Z))``, ``-inf`` for a row whose denominator is zero. With a dropout mask, ``kept`` is
+    ``keep / (1 - dropout_p)`` (..., L, S), which multiplies the weights before the product with the values
+    (``weights`` are those before dropout); None without one. An `intermediate` dtype (fp8) rounds the weights
+    once more before that product, FlashAttention 3's ``intermediate_dtype``.
     """
     rnd, work = _rounding(dtype)
     q, k, v = (as_real_array(a, name).astype(dtype) for a, name in ((q, "q"), (k, "k"), (v, "v")))
@@ -102,24 +135,34 @@ def _naive_forward(q, k, v, dtype: np.dtype, options: dict):
         weights = rnd(e / safe_total)  # rows with no allowed key: zeros
         if sinks is not None:
             sink_weight = rnd(sink_e / safe_total)[..., 0]  # (..., L)
-        out = rnd(weights @ p.v.astype(work))  # (..., L, Ev)
-    return p, weights, capped, sink_weight, out
+        if intermediate is not None:
+            weights = weights.astype(intermediate).astype(work)
+        kept = None
+        if p.has_dropout:  # only with a given mask: the checkers take no generator
+            kept = p.keep(weights.shape) * work.type(1.0 / (1.0 - p.dropout_p))  # (..., L, S)
+        out = rnd((weights if kept is None else rnd(weights * kept)) @ p.v.astype(work))  # (..., L, Ev)
+        lse = rnd(top + rnd(np.log(safe_total)))[..., 0]  # (..., L)
+        lse[(total == 0)[..., 0]] = -np.inf
+    return p, weights, capped, sink_weight, out, lse, kept
 
 
-def _naive_attention(q, k, v, dtype: np.dtype, options: dict) -> np.ndarray:
+def _naive_attention(q, k, v, dtype: np.dtype, options: dict, intermediate=None) -> np.ndarray:
     """The textbook formula with every step rounded to `dtype` (the baseline; see assert_attention_close)."""
-    p, _, _, _, out = _naive_forward(q, k, v, dtype, options)
+    p, _, _, _, out, _, _ = _naive_forward(q, k, v, dtype, options, intermediate)
     return np.broadcast_to(out, p.out_shape).astype(dtype)
 
 
 def _naive_backward(q, k, v, dout, dtype: np.dtype, options: dict) -> AttentionGrads:
     """The textbook backward with every step rounded to `dtype` (the baseline of assert_attention_grads_close)."""
     rnd, work = _rounding(dtype)
-    p, w, capped, sink_weight, out = _naive_forward(q, k, v, dtype, options)
+    p, w, capped, sink_weight, out, _, kept = _naive_forward(q, k, v, dtype, options)
     do = rnd(as_real_array(dout, "dout").astype(work))
     with np.errstate(invalid="ignore", over="ignore"):
-        dv = rnd(np.swapaxes(w, -1, -2) @ do)  # (..., S, Ev)
+        dropped = w if kept is None else rnd(w * kept)
+        dv = rnd(np.swapaxes(dropped, -1, -2) @ do)  # (..., S, Ev)
         dp = rnd(do @ np.swapaxes(p.v.astype(work), -1, -2))  # (..., L, S)
+        if kept is not None:
+            dp = rnd(dp * kept)  # the gradient reaching the weights before dropout
         delta = rnd(np.sum(rnd(do * out), axis=-1))  # (..., L)
         dx = rnd(w * rnd(dp - delta[..., None]))  # the bias's gradient
         ds = dx if capped is None else rnd(dx * rnd(1 - rnd(capped * capped)))
@@ -170,8 +213,10 @@ def assert_attention_close(actual, q, k, v, *, factor=2.0, atol=None, **options)
         describing the attention the kernel computed: ``mask``, ``bias``,
         ``is_causal``, ``causal_alignment``, ``scale``, ``enable_gqa`` and
         those it has besides (``softcap``, ``window``, ``alibi_slopes``,
-        ``sinks``). ``return_weights``, ``dropout_p`` and ``rng`` are not
-        accepted.
+        ``sinks``), and ``dropout_p`` with ``dropout_mask``, the kernel's
+        own keep-mask, which the reference and the baseline then apply.
+        ``return_weights`` and ``rng`` are not accepted, nor ``dropout_p``
+        without ``dropout_mask``.
 
     Returns
     -------
@@ -187,8 +232,9 @@ def assert_attention_close(actual, q, k, v, *, factor=2.0, atol=None, **options)
         and its largest error, and the ratio of the two largest errors.
     TypeError
         If `actual` is not a float16, float32, float64 or bfloat16 array,
-        if `return_weights`, `dropout_p` or `rng` is given, or as
-        `attention_ref.scaled_dot_product_attention` raises for the options.
+        if `return_weights` or `rng` is given, or `dropout_p` without
+        `dropout_mask`, or as `attention_ref.scaled_dot_product_attention`
+        raises for the options.
     ValueError
         If `actual` does not have the shape of the attention output of `q`,
         `k`, `v`, if `factor` or `atol` is negative or not finite, or as
@@ -233,6 +279,15 @@ def assert_attention_close(actual, q, k, v, *, factor=2.0, atol=None, **options)
        :math:`\mathrm{rd}(e^{\mathrm{sink} - m})`), :math:`w =
        \mathrm{rd}(e / Z)`; rows with no allowed key are zeros;
     5. :math:`N = \mathrm{rd}(w v)`.
+
+    fp8 input (with ``q_descale``, ``k_descale``, ``v_descale``) is checked
+    as FlashAttention 3's tests check it (``hopper/test_flash_attn.py``,
+    whose ``attention_ref`` in ``hopper/test_util.py`` is called with
+    ``upcast=False`` and ``intermediate_dtype`` the fp8 dtype): :math:`R`
+    is the attention of the dequantized arrays, and :math:`N` runs the
+    steps above in the dtype of `actual` (bfloat16 for an fp8 kernel) on
+    the dequantized arrays, with the weights :math:`w` rounded to the fp8
+    format once more before step 5.
 
     The bound uses the baseline's *largest* error, not its error element
     by element: at a single element the baseline can land on the rounded
@@ -287,26 +342,147 @@ def assert_attention_close(actual, q, k, v, *, factor=2.0, atol=None, **options)
     largest error 3.21 at index (0, 0, 6): actual 1.49512, reference -1.71387, baseline's error there 0
     ratio to the baseline's largest error: 3.22e+03
     """
-    for name in _NOT_OPTIONS:
-        if name in options:
-            raise TypeError(
-                f"assert_attention_close compares one deterministic output; {name} is not an option here"
-            )
+    _check_deterministic(options, "assert_attention_close")
     actual = _output_array(actual)
     factor = check_real(factor, "factor", minimum=0.0)
     if atol is not None:
         atol = check_real(atol, "atol", minimum=0.0)
     dtype = np.dtype(actual.dtype)
-    reference = scaled_dot_product_attention(
-        *(as_real_array(a, name).astype(np.float64) for a, name in ((q, "q"), (k, "k"), (v, "v"))), **options
-    )
+    q64, k64, v64, plain, fp8 = _dequantized(q, k, v, options)
+    reference = scaled_dot_product_attention(q64, k64, v64, **plain)
     if actual.shape != reference.shape:
         raise ValueError(
             f"actual must have the shape of the attention output of q, k and v, {reference.shape}; "
             f"got {actual.shape}"
         )
-    baseline = _naive_attention(q, k, v, dtype, options)
+    if fp8 is None:
+        baseline = _naive_attention(q, k, v, dtype, options)
+    else:  # FlashAttention 3's: the dequantized inputs in the output's dtype, the weights rounded to fp8
+        baseline = _naive_attention(q64, k64, v64, dtype, plain, intermediate=fp8)
     failure = _compare(actual, reference, baseline, factor, atol)
+    if failure:
+        raise AssertionError(failure)
+
+
+def assert_lse_close(actual_lse, q, k, v, *, base="e", empty=-np.inf, factor=2.0, atol=None, **options):
+    r"""Assert that a kernel's log-sum-exp is as accurate as a float32 computation of it.
+
+    Attention kernels return each query row's log-sum-exp, the logarithm of
+    the softmax denominator, for the backward pass or for merging partial
+    results. This checks it against the float64 reference by the rule of
+    `assert_attention_close`, with a naive float32 computation as the
+    baseline.
+
+    Parameters
+    ----------
+    actual_lse : array_like, shape (..., L)
+        The kernel's log-sum-exp for `q`, `k`, `v` and `options`.
+    q : array_like, shape (..., L, E)
+        Queries, as given to the kernel.
+    k : array_like, shape (..., S, E)
+        Keys.
+    v : array_like, shape (..., S, Ev)
+        Values (they set the batch shape; the log-sum-exp does not depend
+        on them).
+    base : {"e", 2}, optional
+        The kernel's logarithm: natural (FlashAttention) or base 2
+        (Triton's tutorial, FlashInfer).
+    empty : {-inf, inf}, optional
+        What the kernel returns for a row with no allowed key (and no sink).
+        The kernel must put exactly this value there.
+    factor : float, optional
+        How many times the baseline's largest error the kernel may reach.
+    atol : float, optional
+        Absolute slack added to the bound. Default ``16 * eps * max|R|``,
+        with ``eps`` the machine epsilon of the dtype of `actual_lse` and
+        :math:`R` the reference (in the kernel's base).
+    **options
+        The options of `assert_attention_close`, describing the attention
+        the kernel computed (``sinks`` are counted in the log-sum-exp).
+
+    Returns
+    -------
+    None
+        Returns quietly when `actual_lse` is close enough.
+
+    Raises
+    ------
+    AssertionError
+        If some element is too far from the reference, with the report of
+        `assert_attention_close`. A NaN, or the other infinity, in a row
+        with no allowed key fails.
+    TypeError
+        If `actual_lse` is not a float array, or as
+        `assert_attention_close` raises for the options.
+    ValueError
+        If `actual_lse` does not have the shape ``(..., L)`` of the output's
+        rows, `base` is not ``"e"`` or 2, `empty` is not an infinity, or
+        `factor` or `atol` is negative or not finite.
+
+    See Also
+    --------
+    assert_attention_close : The same check of the output.
+    attention_ref.scaled_dot_product_attention : The reference, with ``return_lse=True``.
+
+    Notes
+    -----
+    With :math:`R` the float64 reference :math:`\log(e^{s_h} + \sum_{j \in
+    A_i} e^{x_{ij}})` divided by :math:`\ln 2` when ``base=2``, and
+    :math:`N` the baseline, steps 1 to 4 of `assert_attention_close` in
+    float32 followed by :math:`N = \mathrm{rd}(m + \mathrm{rd}(\log Z))`,
+    the check passes when
+    :math:`|A - R| \le \mathrm{factor} \cdot \max |N - R| + \mathrm{atol}`
+    elementwise. Rows where :math:`R = -\infty` (no allowed key, no sink)
+    must hold `empty` exactly.
+
+    Examples
+    --------
+    `blockwise_attention` in float32 passes:
+
+    >>> import numpy as np
+    >>> from attention_ref import blockwise_attention
+    >>> from attention_ref.testing import assert_lse_close
+    >>> rng = np.random.default_rng(0)
+    >>> q, k, v = rng.standard_normal((3, 2, 16, 8)).astype(np.float32)
+    >>> _, lse = blockwise_attention(q, k, v, block_size=4, return_lse=True)
+    >>> assert_lse_close(lse, q, k, v)
+
+    A base-2 kernel must be checked as one; its log-sum-exp read as natural
+    fails:
+
+    >>> lse2 = (lse / np.log(2)).astype(np.float32)
+    >>> assert_lse_close(lse2, q, k, v, base=2)
+    >>> assert_lse_close(lse2, q, k, v)
+    Traceback (most recent call last):
+    ...
+    AssertionError: 32 of 32 elements are too far from the float64 reference
+    allowed: factor * (naive float32 baseline's largest error) + atol = 2 * 3.27e-07 + 1.04e-05 = 1.11e-05
+    largest error 2.42 at index (1, 13): actual 7.88563, reference 5.4659, baseline's error there 4.43e-08
+    ratio to the baseline's largest error: 7.4e+06
+    """
+    _check_deterministic(options, "assert_lse_close")
+    options = {name: value for name, value in options.items() if name not in DROPOUT}  # lse: before dropout
+    actual = _output_array(actual_lse, "actual_lse")
+    if base not in _LOG_BASES:
+        raise ValueError(f'base must be "e" or 2; got {base!r}')
+    if not (isinstance(empty, (int, float, np.floating)) and np.isinf(empty)):
+        raise ValueError(f"empty must be -inf or inf, the kernel's value for a row with no key; got {empty!r}")
+    factor = check_real(factor, "factor", minimum=0.0)
+    if atol is not None:
+        atol = check_real(atol, "atol", minimum=0.0)
+    q64, k64, v64, plain, _ = _dequantized(q, k, v, options)
+    _, reference = scaled_dot_product_attention(q64, k64, v64, return_lse=True, **plain)
+    if actual.shape != reference.shape:
+        raise ValueError(
+            f"actual_lse must have the shape of the output's rows (its shape without the last axis), "
+            f"{reference.shape}; got {actual.shape}"
+        )
+    _, _, _, _, _, baseline, _ = _naive_forward(q64, k64, v64, np.dtype(np.float32), plain)
+    baseline = np.broadcast_to(baseline, reference.shape).astype(np.float64)
+    per_nat = _LOG_BASES[base]  # 1 / log(base)
+    no_key = reference == -np.inf
+    reference, baseline = (np.where(no_key, float(empty), x * per_nat) for x in (reference, baseline))
+    failure = _compare(actual, reference, baseline, factor, atol, baseline_name="float32")
     if failure:
         raise AssertionError(failure)
 
@@ -315,8 +491,11 @@ def _dtype_name(dtype: np.dtype) -> str:
     return "bfloat16" if is_bfloat16(dtype) else dtype.name
 
 
-def _compare(actual, reference, baseline, factor: float, atol, what: str = "") -> str:
-    """The failure message of the 2x rule (see assert_attention_close), or "" if `actual` passes."""
+def _compare(actual, reference, baseline, factor: float, atol, what: str = "", baseline_name=None) -> str:
+    """The failure message of the 2x rule (see assert_attention_close), or "" if `actual` passes.
+
+    The baseline is named by `baseline_name`, else by the dtype of `actual`.
+    """
     dtype = np.dtype(actual.dtype)
     name = _dtype_name(dtype)
     finite = np.isfinite(reference)
@@ -336,7 +515,7 @@ def _compare(actual, reference, baseline, factor: float, atol, what: str = "") -
     ratio = err[worst] / base_max if base_max > 0 else np.inf
     return (
         f"{what}{int(bad.sum())} of {bad.size} elements are too far from the float64 reference\n"
-        f"allowed: factor * (naive {name} baseline's largest error) + atol = "
+        f"allowed: factor * (naive {baseline_name or name} baseline's largest error) + atol = "
         f"{factor:g} * {base_max:.3g} + {atol:.3g} = {bound:.3g}\n"
         f"largest error {err[worst]:.3g} at index {index}: actual {float(actual[worst]):.6g}, "
         f"reference {reference[worst]:.6g}, baseline's error there {base_err[worst]:.3g}\n"
@@ -379,7 +558,8 @@ def assert_attention_grads_close(actual, q, k, v, dout, *, factor=2.0, atol=None
     **options
         Keyword arguments of `attention_ref.scaled_dot_product_attention`
         describing the attention, as for `assert_attention_close`
-        (``return_weights``, ``dropout_p`` and ``rng`` are not accepted).
+        (``dropout_p`` only with ``dropout_mask``; ``return_weights`` and
+        ``rng`` are not accepted).
 
     Returns
     -------
@@ -458,11 +638,7 @@ def assert_attention_grads_close(actual, q, k, v, dout, *, factor=2.0, atol=None
     largest error 0.834 at index (0, 3, 5): actual -1.5, reference -0.665751, baseline's error there 0.000264
     ratio to the baseline's largest error: 2.15e+03
     """
-    for name in _NOT_OPTIONS:
-        if name in options:
-            raise TypeError(
-                f"assert_attention_grads_close compares deterministic gradients; {name} is not an option here"
-            )
+    _check_deterministic(options, "assert_attention_grads_close")
     if isinstance(actual, np.ndarray) or not isinstance(actual, (tuple, list)) or not 3 <= len(actual) <= 5:
         raise TypeError(
             "actual must be a sequence (dq, dk, dv) or (dq, dk, dv, dbias, dsinks), like AttentionGrads; "

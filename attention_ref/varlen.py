@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._options import DESCALES
 from ._validation import as_real_array, check_bool, check_exact_ndim
 from .attention import scaled_dot_product_attention
 
@@ -46,7 +47,56 @@ def _check_cu_seqlens(cu_seqlens, name: str, total: int, axis_name: str) -> np.n
     return arr
 
 
-def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, **options):
+def reject_per_pair_options(options: dict, function: str) -> None:
+    """Raise TypeError if `options` hold ``mask`` or ``bias``, which a batch of sequences does not have."""
+    for name in _PER_PAIR_OPTIONS:
+        if name in options:
+            raise TypeError(
+                f"{function} does not take {name}: it is an (L, S) matrix of one call, which a packed "
+                f"batch does not have; use is_causal, window or alibi_slopes, or call "
+                f"scaled_dot_product_attention on each sequence"
+            )
+
+
+def attend_each(parts, options: dict, return_lse: bool) -> tuple[list, list, list]:
+    """Call `scaled_dot_product_attention` on every ``(q_b, k_b, v_b)`` of `parts`, each a call of its own.
+
+    Returns the lists of the outputs, of the weights (None entries unless
+    ``options["return_weights"]``) and of the log-sum-exps (None entries
+    unless `return_lse`). `parts` may be a generator: one sequence's keys
+    are then held at a time.
+    """
+    return_weights = check_bool(options.get("return_weights", False), "return_weights")
+    given = options.get("dropout_mask")
+    masks: list | tuple = given if isinstance(given, (list, tuple)) else ()  # one keep-mask per sequence
+    per_sequence = isinstance(given, (list, tuple))
+    # (B, Hkv) descales: row b is sequence b's, one factor per key/value head
+    descales = {name: np.asarray(options[name]) for name in DESCALES
+                if options.get(name) is not None and np.ndim(options[name]) == 2}
+    outs, weights, lses = [], [], []
+    for b, (q_b, k_b, v_b) in enumerate(parts):
+        if per_sequence:
+            if b >= len(masks):
+                raise ValueError(f"dropout_mask must hold one keep-mask per sequence; got {len(masks)} for more")
+            options = options | {"dropout_mask": masks[b]}
+        for name, factors in descales.items():
+            if b >= len(factors):
+                raise ValueError(f"{name} must have one row per sequence; got shape {factors.shape} for more")
+            options = options | {name: factors[b]}
+        result = scaled_dot_product_attention(q_b, k_b, v_b, return_lse=return_lse, **options)
+        out, *rest = result if return_weights or return_lse else (result,)
+        outs.append(out)
+        weights.append(rest[0] if return_weights else None)
+        lses.append(rest[-1] if return_lse else None)
+    if per_sequence and len(masks) != len(outs):
+        raise ValueError(f"dropout_mask must hold one keep-mask per sequence, {len(outs)}; got {len(masks)}")
+    for name, factors in descales.items():
+        if len(factors) != len(outs):
+            raise ValueError(f"{name} must have one row per sequence, {len(outs)}; got shape {factors.shape}")
+    return outs, weights, lses
+
+
+def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, *, return_lse=False, **options):
     r"""Attention over a packed batch of sequences of different lengths.
 
     Sequence ``b`` owns queries ``cu_seqlens_q[b]:cu_seqlens_q[b + 1]`` and
@@ -69,12 +119,18 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, **options):
         allowed.
     cu_seqlens_k : array_like of int, shape (B + 1,)
         Cumulative key offsets, likewise, ending at ``total_k``.
+    return_lse : bool, optional
+        Also return each query's log-sum-exp, as
+        `scaled_dot_product_attention` returns it for its sequence.
     **options
         Keyword arguments of `scaled_dot_product_attention`, passed to it
         unchanged for every sequence: ``is_causal``, ``causal_alignment``,
         ``scale``, ``enable_gqa``, ``return_weights``, ``dropout_p`` with
-        ``rng``, and ``softcap``, ``window``, ``alibi_slopes`` and ``sinks``
-        where `scaled_dot_product_attention` has them. ``mask`` and ``bias``
+        ``rng`` or ``dropout_mask`` (a list of one keep-mask per sequence,
+        each broadcastable to ``(H, Lq_b, Sk_b)``), and ``softcap``,
+        ``window``, ``alibi_slopes`` and ``sinks``; for fp8 input
+        ``q_descale``, ``k_descale`` and ``v_descale``, scalars or of shape
+        ``(B, Hkv)``, row ``b`` for sequence ``b``. ``mask`` and ``bias``
         are not accepted: they are (L, S) matrices of one call, which a
         packed batch does not have.
 
@@ -88,6 +144,10 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, **options):
         Only with ``return_weights=True``: for sequence ``b`` an array of
         shape ``(H, Lq_b, Sk_b)``, its lengths taken from `cu_seqlens_q` and
         `cu_seqlens_k`.
+    lse : ndarray, shape (H, total_q)
+        Only with ``return_lse=True`` (last): the natural-log log-sum-exp of
+        every query, packed like `q`; ``-inf`` (or the sink's logit) for
+        the queries of a sequence with no keys.
 
     Raises
     ------
@@ -143,17 +203,15 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, **options):
     >>> out, weights = varlen_attention(q, k, v, [0, 2, 3], [0, 2, 3], return_weights=True)
     >>> [w.shape for w in weights]
     [(1, 2, 2), (1, 1, 1)]
+    >>> out, lse = varlen_attention(q, k, v, [0, 2, 3], [0, 2, 3], is_causal=True, return_lse=True)
+    >>> lse
+    array([[1.41421356, 2.10736074, 1.41421356]])
     """
-    for name in _PER_PAIR_OPTIONS:
-        if name in options:
-            raise TypeError(
-                f"varlen_attention does not take {name}: it is an (L, S) matrix of one call, which a packed "
-                f"batch does not have; use is_causal, window or alibi_slopes, or call "
-                f"scaled_dot_product_attention on each sequence"
-            )
-    q = as_real_array(q, "q")
-    k = as_real_array(k, "k")
-    v = as_real_array(v, "v")
+    reject_per_pair_options(options, "varlen_attention")
+    return_lse = check_bool(return_lse, "return_lse")
+    q = as_real_array(q, "q", fp8=True)
+    k = as_real_array(k, "k", fp8=True)
+    v = as_real_array(v, "v", fp8=True)
     check_exact_ndim(q, "q", 3, "(H, total_q, E)")
     check_exact_ndim(k, "k", 3, "(Hkv, total_k, E)")
     check_exact_ndim(v, "v", 3, "(Hkv, total_k, Ev)")
@@ -168,16 +226,14 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, **options):
         raise ValueError(f"k and v must have the same number of keys (axis -2); got k {k.shape} and v {v.shape}")
     return_weights = check_bool(options.get("return_weights", False), "return_weights")
 
-    outs, weights = [], []
-    for q0, q1, k0, k1 in zip(cu_q[:-1], cu_q[1:], cu_k[:-1], cu_k[1:], strict=True):
-        result = scaled_dot_product_attention(q[:, q0:q1], k[:, k0:k1], v[:, k0:k1], **options)
-        out, w = result if return_weights else (result, None)
-        outs.append(out)
-        weights.append(w)
-    if outs:
-        packed = np.concatenate(outs, axis=-2)
-    else:  # no sequences: run the checks of one empty call for the shape and dtype
-        packed = scaled_dot_product_attention(q, k[:, :0], v[:, :0], **(options | {"return_weights": False}))
+    bounds = zip(cu_q[:-1], cu_q[1:], cu_k[:-1], cu_k[1:], strict=True)
+    parts = ((q[:, q0:q1], k[:, k0:k1], v[:, k0:k1]) for q0, q1, k0, k1 in bounds)
+    outs, weights, lses = attend_each(parts, options, return_lse)
+    if not outs:  # no sequences: run the checks of one empty call for the shape and dtype
+        outs, _, lses = attend_each([(q, k[:, :0], v[:, :0])], options | {"return_weights": False}, return_lse)
+    results = (np.concatenate(outs, axis=-2),)
     if return_weights:
-        return packed, weights
-    return packed
+        results += (weights,)
+    if return_lse:
+        results += (np.concatenate(lses, axis=-1),)
+    return results if len(results) > 1 else results[0]

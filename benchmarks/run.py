@@ -481,6 +481,68 @@ def _backward_candidates(q, k, v, dout, is_causal):
     return cands
 
 
+#: The paged-cache row: sequences, their longest cache, the page size and the heads (query, key/value) at E = 64.
+PAGED = {"sequences": 64, "max_len": 4096, "page_size": 16, "heads": (8, 2), "queries": 1}
+
+
+def _paged_problem(rng, dtype="float32"):
+    """A decode batch over a shuffled page pool: q (B, Hq, 1, E), the pools, the block table and kv_lens."""
+    B, page_size, (hq, hkv) = PAGED["sequences"], PAGED["page_size"], PAGED["heads"]
+    kv_lens = rng.integers(1, PAGED["max_len"] + 1, size=B)
+    kv_lens[:2] = (1, PAGED["max_len"])  # both ends of the range
+    n_pages = -(-kv_lens // page_size)
+    order = rng.permutation(int(n_pages.sum()))
+    table = np.full((B, int(n_pages.max())), -1, dtype=np.int64)
+    for b, (start, n) in enumerate(zip(np.cumsum(n_pages) - n_pages, n_pages, strict=True)):
+        table[b, :n] = order[start : start + n]
+    k_pages, v_pages = (rng.standard_normal((order.size, hkv, page_size, E)).astype(dtype) for _ in range(2))
+    q = rng.standard_normal((B, hq, PAGED["queries"], E)).astype(dtype)
+    return q, k_pages, v_pages, table, kv_lens
+
+
+def _gather_then_varlen(q, k_pages, v_pages, table, kv_lens):
+    """What a user does without paged_attention: gather every sequence's keys and values, pack them, call varlen."""
+    page_size = k_pages.shape[2]
+    n_pages = -(-kv_lens // page_size)
+    pages = np.concatenate([table[b, :n] for b, n in enumerate(n_pages)])  # every used page, in order
+    first = np.concatenate([[0], np.cumsum(n_pages)[:-1]]) * page_size  # each sequence's first gathered slot
+    slots = np.concatenate([f + np.arange(n) for f, n in zip(first, kv_lens, strict=True)])  # drop unused tails
+    k, v = (np.swapaxes(pool[pages], 0, 1).reshape(pool.shape[1], -1, E)[:, slots] for pool in (k_pages, v_pages))
+    B, hq, lq, _ = q.shape
+    packed_q = np.swapaxes(q, 0, 1).reshape(hq, B * lq, E)  # (Hq, B * Lq, E)
+    cu_q = np.arange(0, B * lq + 1, lq)
+    cu_k = np.concatenate([[0], np.cumsum(kv_lens)])
+    out = ar.varlen_attention(packed_q, k, v, cu_q, cu_k, enable_gqa=True)
+    return np.swapaxes(out.reshape(hq, B, lq, -1), 0, 1)  # (B, Hq, Lq, Ev)
+
+
+def bench_paged(repeats: int) -> dict:
+    """paged_attention against gathering the pages and calling varlen_attention: best times and peak memory."""
+    q, k_pages, v_pages, table, kv_lens = _paged_problem(np.random.default_rng(8))
+    cands = {
+        "paged": lambda: ar.paged_attention(q, k_pages, v_pages, table, kv_lens, enable_gqa=True),
+        "gather_varlen": lambda: _gather_then_varlen(q, k_pages, v_pages, table, kv_lens),
+    }
+    assert np.allclose(cands["paged"](), cands["gather_varlen"](), rtol=1e-5, atol=1e-6)
+    row = _timed_row(cands, repeats, **{k: list(v) if isinstance(v, tuple) else v for k, v in PAGED.items()},
+                     dtype="float32", cached_tokens=int(kv_lens.sum()), pool_MiB=2 * k_pages.nbytes / 2**20,
+                     load_average=list(os.getloadavg()))  # others' work on the machine slows both candidates
+    row["paged_over_gather"] = row["paged_s"] / row["gather_varlen_s"]
+    for name, fn in cands.items():
+        row[f"{name}_peak_MiB"] = _traced(fn)[2] / 2**20
+    return row
+
+
+def fmt_paged(r: dict) -> str:
+    return (
+        f"paged cache: {r['sequences']} sequences of 1..{r['max_len']} cached tokens ({r['cached_tokens']} in all), "
+        f"page size {r['page_size']}, heads {r['heads']}, {r['dtype']}\n"
+        f"  paged_attention {1e3 * r['paged_s']:.1f} ms (peak {r['paged_peak_MiB']:.1f} MiB), "
+        f"gather + varlen_attention {1e3 * r['gather_varlen_s']:.1f} ms (peak {r['gather_varlen_peak_MiB']:.1f} MiB): "
+        f"paged / gather = {r['paged_over_gather']:.2f}"
+    )
+
+
 def merge_record(path, what: str, **parts) -> None:
     """Write `parts` into the JSON record at `path` (made if missing), keeping its other entries."""
     result = json.loads(path.read_text()) if path.exists() else {}
@@ -618,6 +680,10 @@ def main(argv=None) -> int:
         help="run only the backward pass (times and the tiled memory peak) and merge it into the --write file",
     )
     parser.add_argument(
+        "--only-paged", action="store_true",
+        help="run only the paged-cache row (paged_attention against gather + varlen) and merge it into --write",
+    )
+    parser.add_argument(
         "--quick", action="store_true",
         help="only the oracle shapes, without the long causal one, best of 3: under a minute; writes nothing",
     )
@@ -651,6 +717,13 @@ def main(argv=None) -> int:
         print(fmt_flex(flex_run))
         if args.write:
             merge_record(args.write, "flex_run", flex_run=flex_run)
+        return 0
+
+    if args.only_paged:
+        paged = bench_paged(args.shape_repeats)
+        print(fmt_paged(paged))
+        if args.write:
+            merge_record(args.write, "paged", paged=paged)
         return 0
 
     if args.only_window:
@@ -691,6 +764,8 @@ def main(argv=None) -> int:
         print(fmt_window(window_run))
     flex_run = bench_flex(args.memory_n)
     print(fmt_flex(flex_run))
+    paged = bench_paged(args.shape_repeats)
+    print(fmt_paged(paged))
     imp = bench_import()
     print(f"import attention_ref: {1e3 * imp['import_s']:.0f} ms (matplotlib imported: {imp['matplotlib_imported']})")
     if args.write:
@@ -709,6 +784,7 @@ def main(argv=None) -> int:
             "long_run": long,
             "window_run": window_run,
             "flex_run": flex_run,
+            "paged": paged,
             "import": imp,
         }
         args.write.write_text(json.dumps(result, indent=2) + "\n")

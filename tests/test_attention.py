@@ -1048,3 +1048,78 @@ def test_one_call_with_heads_of_very_different_score_sizes(reference_attention, 
     # Scores near -730 carry an absolute rounding error of about 730 ulp(1) = 1.6e-13 into the weights, in either
     # computation; unshifted subnormal weights are off by 1e-7 and more.
     np.testing.assert_allclose(out, expected, rtol=0, atol=2e-12)
+
+
+# --- return_lse ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"is_causal": True}, {"window": (2, 1)}, {"softcap": 1.5, "alibi_slopes": [0.5, 0.25]},
+     {"sinks": [0.5, -1.0]}, {"mask": np.tri(5, 7, k=-3, dtype=bool)}],
+)
+def test_return_lse_is_the_blockwise_lse_and_leaves_out_unchanged(options):
+    rng = np.random.default_rng(3)
+    q, k, v = rng.standard_normal((2, 5, 4)), rng.standard_normal((2, 7, 4)), rng.standard_normal((2, 7, 3))
+    out, lse = scaled_dot_product_attention(q, k, v, return_lse=True, **options)
+    np.testing.assert_array_equal(out, scaled_dot_product_attention(q, k, v, **options))
+    _, expected = blockwise_attention(q, k, v, return_lse=True, **options)
+    np.testing.assert_array_equal(lse, expected)
+    assert lse.shape == (2, 5) and lse.dtype == np.float64
+
+
+def test_return_lse_by_hand_with_an_empty_row_and_a_sink():
+    q = np.zeros((1, 3, 1))
+    k = np.zeros((1, 2, 1))
+    v = np.ones((1, 2, 1))
+    mask = np.array([[True, True], [True, False], [False, False]])
+    _, lse = scaled_dot_product_attention(q, k, v, mask=mask, return_lse=True)
+    np.testing.assert_array_equal(lse, [[np.log(2.0), 0.0, -np.inf]])
+    _, lse = scaled_dot_product_attention(q, k, v, mask=mask, sinks=[np.log(3.0)], return_lse=True)
+    np.testing.assert_allclose(lse, [[np.log(5.0), np.log(4.0), np.log(3.0)]], rtol=1e-15)
+
+
+def test_return_lse_with_weights_and_dropout_is_the_lse_before_dropout():
+    rng = np.random.default_rng(4)
+    q, k, v = rng.standard_normal((3, 5, 4))
+    out, w, lse = scaled_dot_product_attention(q, k, v, dropout_p=0.5, rng=np.random.default_rng(0),
+                                               return_weights=True, return_lse=True)
+    np.testing.assert_array_equal(lse, scaled_dot_product_attention(q, k, v, return_lse=True)[1])
+    assert w.shape == (5, 5) and out.shape == (5, 4)
+    np.testing.assert_array_equal(
+        out, scaled_dot_product_attention(q, k, v, dropout_p=0.5, rng=np.random.default_rng(0))
+    )
+
+
+def test_return_lse_must_be_a_bool():
+    with pytest.raises(TypeError, match=r"^return_lse must be True or False"):
+        scaled_dot_product_attention(np.zeros((1, 1)), np.zeros((1, 1)), np.zeros((1, 1)), return_lse=1)
+
+
+# --- dropout_mask ---------------------------------------------------------------
+
+
+def test_dropout_mask_replays_the_generators_draw():
+    rng = np.random.default_rng(6)
+    q, k, v = rng.standard_normal((3, 2, 5, 4))
+    drawn = scaled_dot_product_attention(q, k, v, dropout_p=0.4, rng=np.random.default_rng(9))
+    keep = np.random.default_rng(9).random((2, 5, 5)) >= 0.4  # the draw the generator makes
+    np.testing.assert_array_equal(scaled_dot_product_attention(q, k, v, dropout_p=0.4, dropout_mask=keep), drawn)
+    _, w = scaled_dot_product_attention(q, k, v, return_weights=True)
+    np.testing.assert_allclose(scaled_dot_product_attention(q, k, v, dropout_p=0.4, dropout_mask=keep),
+                               (w * keep / 0.6) @ v, rtol=0, atol=1e-14)
+
+
+def test_dropout_mask_broadcasts_and_is_checked():
+    rng = np.random.default_rng(7)
+    q, k, v = rng.standard_normal((3, 2, 4, 3))
+    row = np.array([True, False, True, True])  # (S,): the same keys dropped for every query and head
+    out = scaled_dot_product_attention(q, k, v, dropout_p=0.5, dropout_mask=row)
+    _, w = scaled_dot_product_attention(q, k, v, return_weights=True)
+    np.testing.assert_allclose(out, (w * row / 0.5) @ v, rtol=0, atol=1e-14)
+    with pytest.raises(TypeError, match=r"^dropout_mask and rng are exclusive"):
+        scaled_dot_product_attention(q, k, v, dropout_p=0.5, dropout_mask=row, rng=np.random.default_rng(0))
+    with pytest.raises(TypeError, match=r"^dropout_mask must be a boolean array"):
+        scaled_dot_product_attention(q, k, v, dropout_p=0.5, dropout_mask=row.astype(float))
+    with pytest.raises(ValueError, match=r"^dropout_mask and the scores do not broadcast"):
+        scaled_dot_product_attention(q, k, v, dropout_p=0.5, dropout_mask=np.ones((3, 4), bool))

@@ -168,7 +168,8 @@ def test_the_keyword_options_are_the_forwards_plus_out_lse_and_block_size():
     def keywords(fn):
         return [n for n, p in inspect.signature(fn).parameters.items() if p.kind is p.KEYWORD_ONLY]
 
-    forward = [n for n in keywords(scaled_dot_product_attention) if n != "return_weights"]
+    forward = [n for n in keywords(scaled_dot_product_attention)
+               if n not in ("return_weights", "return_lse", "q_descale", "k_descale", "v_descale")]  # no fp8 here
     assert keywords(attention_backward) == [*forward, "out", "lse", "block_size"]
 
 
@@ -436,3 +437,19 @@ def test_the_dropout_generator_is_not_consumed_on_bad_input():
             np.ones((L, E)), np.ones((S, E)), np.ones((S, EV)), np.ones((L, EV + 1)), dropout_p=0.5, rng=rng
         )
     assert rng.bit_generator.state == state
+
+
+@pytest.mark.parametrize("block_size", [None, 2, (3, 2)])
+def test_dropout_mask_gives_the_gradients_of_the_generators_draw(block_size):
+    rng = np.random.default_rng(11)
+    q, k, v, dout = rng.standard_normal((4, 2, 3, 5, 4))
+    keep = np.random.default_rng(3).random((2, 3, 5, 5)) >= 0.3  # what the generator draws, in C order
+    drawn = attention_backward(q, k, v, dout, dropout_p=0.3, rng=np.random.default_rng(3), block_size=block_size,
+                               is_causal=True)
+    given = attention_backward(q, k, v, dout, dropout_p=0.3, dropout_mask=keep, block_size=block_size,
+                               is_causal=True)
+    for a, b in zip(drawn[:3], given[:3], strict=True):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-13)
+    other = attention_backward(q, k, v, dout, dropout_p=0.3, dropout_mask=~keep, block_size=block_size,
+                               is_causal=True)
+    assert np.abs(other.dq - given.dq).max() > 0.01  # the mask is used, not ignored

@@ -545,6 +545,14 @@ CASES = [
     ("varlen_attention", "mask", call(varlen_attention, Q, K, V, [0, 3], [0, 5], mask=np.ones((3, 5), bool)),
      TypeError, r"does not take mask"),
     *FLEX_CASES,
+    # every argument of paged_attention and the converters: tests/test_paged.py; of quantize_fp8: tests/test_fp8.py
+    ("paged_attention", "table-float", call(attention_ref.paged_attention, np.zeros((1, 1, 1, 2)),
+                                            np.zeros((1, 1, 2, 2)), np.zeros((1, 1, 2, 1)), [[0.0]], [1]),
+     TypeError, r"^block_table "),
+    ("block_table_from_indptr", "indptr", call(attention_ref.block_table_from_indptr, [1, 1], [0], [1], 4),
+     ValueError, r"^indptr "),
+    ("nhd_to_hnd", "3d", call(attention_ref.nhd_to_hnd, np.zeros((1, 2, 3))), ValueError, r"^pages "),
+    ("quantize_fp8", "format", call(attention_ref.quantize_fp8, np.ones(2), "int8"), ValueError, r"^dtype "),
 ]
 
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import attention_ref as ar
-from attention_ref._options import DETERMINISTIC, OPTIONS, takes_options
+from attention_ref._options import DESCALES, DETERMINISTIC, OPTIONS, takes_options
 
 rng = np.random.default_rng(0)
 Q, K, V = rng.standard_normal((3, 2, 4, 8))  # (H, L, E): two heads, four positions
@@ -24,7 +24,8 @@ X = rng.standard_normal((4, 8))  # (L, d_model)
 CALLS = {
     "scaled_dot_product_attention": (lambda **o: ar.scaled_dot_product_attention(Q, K, V, **o), tuple(OPTIONS)),
     "blockwise_attention": (lambda **o: ar.blockwise_attention(Q, K, V, block_size=2, **o), DETERMINISTIC),
-    "attention_backward": (lambda **o: ar.attention_backward(Q, K, V, np.ones_like(Q), **o), tuple(OPTIONS)),
+    "attention_backward": (lambda **o: ar.attention_backward(Q, K, V, np.ones_like(Q), **o),
+                           tuple(name for name in OPTIONS if name not in DESCALES)),
     "decode_step": (lambda **o: ar.decode_step(Q, K, V, ar.KVCache(), **o),
                     ("window", "scale", "softcap", "alibi_slopes", "sinks", "enable_gqa")),
     "multi_head_attention": (lambda **o: ar.multi_head_attention(X, PARAMS, **o),
@@ -45,7 +46,11 @@ BAD = {
     "sinks": ({"sinks": "x"}, TypeError),
     "dropout_p": ({"dropout_p": 1.0}, ValueError),
     "rng": ({"dropout_p": 0.5, "rng": 7}, TypeError),
+    "dropout_mask": ({"dropout_p": 0.5, "dropout_mask": np.ones((4, 4))}, TypeError),  # a float mask
     "enable_gqa": ({"enable_gqa": "yes"}, TypeError),
+    "q_descale": ({"q_descale": "x"}, TypeError),
+    "k_descale": ({"k_descale": np.ones((5, 5))}, ValueError),  # not one factor per (batch, head)
+    "v_descale": ({"v_descale": np.nan}, ValueError),
 }
 
 

@@ -15,6 +15,7 @@ from attention_ref.testing import (
     _naive_backward,
     assert_attention_close,
     assert_attention_grads_close,
+    assert_lse_close,
 )
 
 DTYPES = ["float16", "bfloat16", "float32", "float64"]
@@ -343,7 +344,7 @@ def test_float8_output_is_rejected():
 
 def test_importable_as_attention_ref_testing():
     assert ar.testing.assert_attention_close is assert_attention_close
-    assert ar.testing.__all__ == ["assert_attention_close", "assert_attention_grads_close"]
+    assert ar.testing.__all__ == ["assert_attention_close", "assert_attention_grads_close", "assert_lse_close"]
 
 
 # --------------------------------------------------------------------- softcap, window, ALiBi and sinks
@@ -479,3 +480,119 @@ def test_the_naive_float64_backward_is_the_gradient():
 def test_the_gradient_checker_names_bad_arguments(actual, kwargs, exc, pattern):
     with pytest.raises(exc, match=pattern):
         assert_attention_grads_close(actual, Q, Q, Q, OUT, **kwargs)
+
+
+# --- assert_lse_close -------------------------------------------------------
+
+LSE_OPTIONS = [
+    {},
+    {"is_causal": True},
+    {"window": (5, 0), "causal_alignment": "bottom-right"},
+    {"softcap": 2.0, "alibi_slopes": np.array([0.5, 0.25, 0.125])},
+    {"sinks": np.array([0.5, -2.0, 3.0])},
+]
+
+
+@pytest.mark.parametrize("options", LSE_OPTIONS)
+@pytest.mark.parametrize("name", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("seed", range(3))
+def test_blockwise_lse_passes(name, seed, options):
+    q, k, v = qkv(seed, as_dtype(name), spread=2.0)
+    _, lse = ar.blockwise_attention(q, k, v, block_size=(8, 16), return_lse=True, **options)
+    assert lse.dtype == np.float32
+    assert_lse_close(lse, q, k, v, **options)
+
+
+def test_base_2_and_plus_inf_conventions():
+    # A Triton/FlashInfer-style kernel: base-2 log-sum-exp, +inf for a row with no key.
+    q, k, v = qkv(0, np.float32, L=6, S=6)
+    mask = np.ones((6, 6), bool)
+    mask[2] = False  # query 2 sees no key
+    _, lse = ar.blockwise_attention(q, k, v, mask=mask, return_lse=True)
+    lse2 = np.where(np.isneginf(lse), np.inf, lse / np.float32(np.log(2.0))).astype(np.float32)
+    assert_lse_close(lse2, q, k, v, mask=mask, base=2, empty=np.inf)
+    with pytest.raises(AssertionError, match="too far from the float64 reference"):
+        assert_lse_close(lse2, q, k, v, mask=mask, empty=np.inf)  # read as a natural log
+    with pytest.raises(AssertionError, match=r"^24 of 36 elements|too far"):
+        assert_lse_close(lse2, q, k, v, mask=mask, base=2)  # the empty row holds +inf, not -inf
+    for wrong in (np.nan, -np.inf, 0.0):
+        bad = lse2.copy()
+        bad[..., 2] = wrong
+        with pytest.raises(AssertionError, match=r"^6 of 36 elements are too far"):
+            assert_lse_close(bad, q, k, v, mask=mask, base=2, empty=np.inf)
+
+
+@pytest.mark.parametrize(
+    "breakage",
+    ["scale", "dropped sink", "no max shift in float16", "off by one ulp x 64"],
+)
+def test_lse_checker_catches_broken_kernels(breakage):
+    q, k, v = qkv(1, np.float32, H=3)
+    sinks = np.array([0.5, -1.0, 2.0])
+    _, lse = ar.blockwise_attention(q, k, v, return_lse=True, sinks=sinks)
+    if breakage == "scale":
+        _, bad = ar.blockwise_attention(q, k, v, return_lse=True, sinks=sinks, scale=1.001 / 4)
+    elif breakage == "dropped sink":
+        _, bad = ar.blockwise_attention(q, k, v, return_lse=True)
+    elif breakage == "no max shift in float16":
+        scores = (q @ np.swapaxes(k, -1, -2) / np.float32(4)).astype(np.float16)
+        with np.errstate(over="ignore"):
+            total = np.exp(scores).sum(axis=-1, dtype=np.float16) + np.exp(sinks.astype(np.float16))[:, None]
+        bad = np.log(total.astype(np.float32))
+    else:
+        bad = lse + 64 * np.spacing(np.abs(lse))
+    assert_lse_close(lse, q, k, v, sinks=sinks)
+    with pytest.raises(AssertionError, match="elements are too far from the float64 reference"):
+        assert_lse_close(bad.astype(np.float32), q, k, v, sinks=sinks)
+
+
+def test_lse_sink_logit_in_a_row_with_no_key():
+    q, k, v = qkv(2, np.float32, H=3, L=4, S=4)
+    sinks = np.array([0.5, -1.0, 2.0])
+    _, lse = ar.blockwise_attention(q, k, v, window=(0, 0), causal_alignment="bottom-right",
+                                    sinks=sinks, mask=np.tri(4, k=-1, dtype=bool), return_lse=True)
+    np.testing.assert_array_equal(lse, np.broadcast_to(sinks[:, None].astype(np.float32), lse.shape))
+    assert_lse_close(lse, q, k, v, window=(0, 0), causal_alignment="bottom-right", sinks=sinks,
+                     mask=np.tri(4, k=-1, dtype=bool))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "pattern"),
+    [
+        ({"base": 10}, ValueError, r'^base must be "e" or 2; got 10'),
+        ({"empty": 0.0}, ValueError, r"^empty must be -inf or inf"),
+        ({"factor": -1.0}, ValueError, r"^factor must be >= 0"),
+        ({"atol": np.nan}, ValueError, r"^atol must be finite"),
+        ({"dropout_p": 0.1}, TypeError, r"dropout_p is not an option here"),
+        ({"actual_lse": np.zeros((2, 3, 37, 1), np.float32)}, ValueError, r"^actual_lse must have the shape"),
+        ({"actual_lse": np.zeros((2, 3, 37), int)}, TypeError, r"^actual_lse must be a kernel's floating-point"),
+    ],
+)
+def test_lse_checker_names_bad_arguments(kwargs, exc, pattern):
+    q, k, v = qkv(0, np.float32)
+    actual = kwargs.pop("actual_lse", np.zeros((2, 3, 37), np.float32))
+    with pytest.raises(exc, match=pattern):
+        assert_lse_close(actual, q, k, v, **kwargs)
+
+
+# --- a kernel's own dropout mask ------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["float16", "float32"])
+def test_checkers_replay_a_kernels_dropout_mask(name):
+    dtype = as_dtype(name)
+    q, k, v = qkv(5, dtype, L=12, S=20)
+    keep = np.random.default_rng(8).random((2, 3, 12, 20)) >= 0.25
+    out = ar.scaled_dot_product_attention(q, k, v, dropout_p=0.25, dropout_mask=keep)
+    assert_attention_close(out, q, k, v, dropout_p=0.25, dropout_mask=keep)
+    with pytest.raises(AssertionError, match="too far from the float64 reference"):
+        assert_attention_close(out, q, k, v, dropout_p=0.25, dropout_mask=np.roll(keep, 1, axis=-1))
+    with pytest.raises(AssertionError, match="too far from the float64 reference"):
+        assert_attention_close(out, q, k, v, dropout_p=0.5, dropout_mask=keep)  # wrong rescaling
+    dout = np.random.default_rng(9).standard_normal(out.shape).astype(dtype)
+    grads = ar.attention_backward(q, k, v, dout, dropout_p=0.25, dropout_mask=keep)
+    assert_attention_grads_close(grads[:3], q, k, v, dout, dropout_p=0.25, dropout_mask=keep)
+    with pytest.raises(AssertionError, match="too far from the float64 reference"):
+        assert_attention_grads_close(grads[:3], q, k, v, dout, dropout_p=0.25, dropout_mask=~keep)
+    with pytest.raises(TypeError, match=r"dropout_p is not an option here without dropout_mask"):
+        assert_attention_close(out, q, k, v, dropout_p=0.25)

@@ -187,3 +187,28 @@ def test_window_and_alibi_positions_restart_at_each_sequence(rng):
         distance = np.abs(np.arange(b - a)[:, None] - np.arange(b - a))  # |i - j| within the sequence
         alone = scaled_dot_product_attention(q[:, a:b], k[:, a:b], v[:, a:b], bias=-0.5 * distance)
         np.testing.assert_allclose(out[:, a:b], alone, rtol=0, atol=1e-14)
+
+
+def test_return_lse_is_each_sequences_lse(rng):
+    q, k, v, cu_q, cu_k = packed(rng, [3, 2, 0, 4], [5, 0, 2, 4])
+    sinks = np.array([0.5, -1.0])
+    out, lse = varlen_attention(q, k, v, cu_q, cu_k, is_causal=True, causal_alignment="bottom-right",
+                                sinks=sinks, return_lse=True)
+    assert lse.shape == (2, 9)
+    np.testing.assert_array_equal(out, loop(q, k, v, cu_q, cu_k, is_causal=True, causal_alignment="bottom-right",
+                                            sinks=sinks))
+    for a, b, c, d in zip(cu_q[:-1], cu_q[1:], cu_k[:-1], cu_k[1:], strict=True):
+        _, want = scaled_dot_product_attention(q[:, a:b], k[:, c:d], v[:, c:d], is_causal=True,
+                                               causal_alignment="bottom-right", sinks=sinks, return_lse=True)
+        np.testing.assert_array_equal(lse[:, a:b], want)
+    np.testing.assert_array_equal(lse[:, 3:5], np.broadcast_to(sinks[:, None], (2, 2)))  # no keys: the sink
+
+
+def test_return_lse_with_weights_and_no_sequences(rng):
+    q, k, v, cu_q, cu_k = packed(rng, [2, 1], [3, 2])
+    out, weights, lse = varlen_attention(q, k, v, cu_q, cu_k, return_weights=True, return_lse=True)
+    assert [w.shape for w in weights] == [(2, 2, 3), (2, 1, 2)] and lse.shape == (2, 3)
+    out, lse = varlen_attention(q[:, :0], k[:, :0], v[:, :0], [0], [0], return_lse=True)
+    assert out.shape == (2, 0, 3) and lse.shape == (2, 0)
+    with pytest.raises(TypeError, match=r"^return_lse must be True or False"):
+        varlen_attention(q, k, v, cu_q, cu_k, return_lse="yes")

@@ -1,0 +1,160 @@
+r"""fp8 inputs: float8 arrays with descale factors, as FlashAttention 3 and serving kernels take them.
+
+An fp8 tensor ``x8`` stands for ``x8.astype(float32) * x_descale``: the
+descale undoes the scaling that brought the tensor into fp8's narrow range.
+The attention functions take ``float8_e4m3fn`` and ``float8_e5m2`` arrays
+(the dtypes of the optional ``ml_dtypes`` package) with the shared options
+``q_descale``, ``k_descale`` and ``v_descale``, and compute the attention of
+the dequantized arrays, formed exactly (in float64), and return bfloat16;
+`quantize_fp8` makes such inputs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._options import DESCALES
+from ._validation import as_real_array, bfloat16_dtype, check_choice, check_finite, is_fp8, result_dtype
+
+__all__ = ["quantize_fp8"]
+
+#: The fp8 formats accepted, with the largest finite value of each.
+FP8_MAX = {"float8_e4m3fn": 448.0, "float8_e5m2": 57344.0}
+
+
+def fp8_dtype(name: str) -> np.dtype:
+    """ml_dtypes' fp8 dtype called `name` (ImportError if ml_dtypes is missing)."""
+    bfloat16_dtype()  # the same ImportError, saying how to install ml_dtypes
+    import ml_dtypes
+
+    return np.dtype(getattr(ml_dtypes, name))
+
+
+def _descale(descale, name: str, x: np.ndarray, groups: int) -> np.ndarray:
+    """`descale` checked and shaped to broadcast against `x` (..., H, L, E): a scalar, or one per (..., Hkv)."""
+    arr = as_real_array(descale, name).astype(np.float32)
+    check_finite(arr, name)
+    if arr.ndim == 0:
+        return arr
+    if groups > 1:  # query head h is in group h // groups, as in FlashAttention 3 and PyTorch
+        arr = np.repeat(arr, groups, axis=-1)
+    lead = x.shape[:-2]  # (..., H): the batch and head axes
+    try:
+        fits = arr.ndim <= len(lead) and np.broadcast_shapes(arr.shape, lead) == lead
+    except ValueError:
+        fits = False
+    if not fits:
+        raise ValueError(
+            f"{name} must be a scalar or hold one factor per batch entry and key/value head, (B, Hkv), lining up "
+            f"with the axes before the last two of the array it dequantizes, {x.shape}; got {np.shape(descale)}"
+        )
+    return arr[..., None, None]
+
+
+def dequantize_inputs(q, k, v, options: dict):
+    """``(q, k, v, out_dtype)``: the arrays with their descales applied, and the output's dtype if it changes.
+
+    fp8 arrays become float64 and make the output bfloat16; another array
+    given a descale is multiplied by it in at least float32, and the output
+    keeps the dtype the arrays as given would give it (None: no change). The
+    descale options are removed from `options`.
+    """
+    arrays = {"q": q, "k": k, "v": v}
+    out_dtype = None
+    for name, arr in arrays.items():
+        dtype = getattr(arr, "dtype", None)
+        if isinstance(dtype, np.dtype) and is_fp8(dtype):
+            # float64: an fp8 value (4 significant bits at most) times a float32 descale is exact there
+            arrays[name], out_dtype = np.asarray(arr).astype(np.float64), fp8_output_dtype()
+    given = {option: options.pop(option) for option in DESCALES if options.get(option) is not None}
+    for option in DESCALES:
+        options.pop(option, None)
+    if given and out_dtype is None:
+        out_dtype = result_dtype(*(as_real_array(arrays[name], name) for name in ("q", "k", "v")))[0]
+    if given:
+        groups = 1
+        if options.get("enable_gqa") is True and np.ndim(arrays["q"]) >= 3 and np.ndim(arrays["k"]) >= 3:
+            hq, hk = np.shape(arrays["q"])[-3], np.shape(arrays["k"])[-3]
+            groups = hq // hk if hk and hq % hk == 0 else 1
+        for option, factor in given.items():
+            name = option[0]  # q_descale dequantizes q, ...
+            x = as_real_array(arrays[name], name)
+            x = x.astype(np.result_type(x.dtype, np.float32), copy=False)
+            arrays[name] = x * _descale(factor, option, x, groups if name == "q" else 1)
+    return arrays["q"], arrays["k"], arrays["v"], out_dtype
+
+
+def fp8_output_dtype() -> np.dtype:
+    """The output dtype of fp8 input: bfloat16, FlashAttention 3's (``hopper/flash_api.cpp``)."""
+    return bfloat16_dtype()
+
+
+def quantize_fp8(x, dtype="float8_e4m3fn", *, per_head=False):
+    r"""Quantize a float array to fp8 with amax scaling: ``(x8, descale)``.
+
+    The array is divided by ``descale = amax / fp8_max`` (``amax`` the
+    largest ``|x|``, ``fp8_max`` the largest finite value of the format)
+    and rounded to fp8, so that its largest entry lands on the format's
+    largest value; ``x8.astype(np.float32) * descale`` approximates `x`.
+
+    Parameters
+    ----------
+    x : array_like, shape (B, H, L, E) with `per_head`, else any shape
+        The values to quantize.
+    dtype : {"float8_e4m3fn", "float8_e5m2"}, optional
+        The fp8 format (ml_dtypes' dtypes of these names).
+    per_head : bool, optional
+        One descale per batch entry and head, shape ``(B, H)`` (FlashAttention
+        3's descale shape), instead of one for the whole array.
+
+    Returns
+    -------
+    x8 : ndarray of fp8
+        The quantized array, of `x`'s shape.
+    descale : numpy.float32 or ndarray of float32, shape (B, H)
+        The factor that dequantizes `x8`: pass it as ``q_descale``,
+        ``k_descale`` or ``v_descale``. 1 where the array (or head) is all
+        zeros.
+
+    Raises
+    ------
+    TypeError
+        If `x` does not hold real numbers.
+    ValueError
+        If `dtype` is not an fp8 format, `x` is not finite, or `per_head` is
+        asked of an array that is not 4-D.
+    ImportError
+        If ml_dtypes is not installed.
+
+    See Also
+    --------
+    scaled_dot_product_attention : Takes fp8 arrays with their descales.
+
+    Examples
+    --------
+    The descale is ``amax / fp8_max``; dequantizing gives the values back
+    when they are representable in fp8. fp8 needs the optional ml_dtypes
+    package, which the lines below import only when it is installed:
+
+    >>> import importlib.util
+    >>> import numpy as np
+    >>> from attention_ref import quantize_fp8
+    >>> x = np.array([0.5, -2.0, 1.0])
+    >>> if importlib.util.find_spec("ml_dtypes") is not None:
+    ...     x8, descale = quantize_fp8(x)
+    ...     assert x8.dtype.name == "float8_e4m3fn"
+    ...     assert descale == np.float32(2.0) / 448
+    ...     assert (x8.astype(np.float32) * descale == x).all()
+    """
+    check_choice(dtype, "dtype", tuple(FP8_MAX))
+    arr = as_real_array(x, "x").astype(np.float32)
+    check_finite(arr, "x")
+    if per_head:
+        if arr.ndim != 4:
+            raise ValueError(f"x must be 4-D (B, H, L, E) for per_head=True; got shape {arr.shape}")
+        amax = np.abs(arr).max(axis=(-2, -1), initial=0.0)  # (B, H)
+    else:
+        amax = np.abs(arr).max(initial=0.0)
+    descale = np.where(amax > 0, amax / np.float32(FP8_MAX[dtype]), np.float32(1.0)).astype(np.float32)
+    scaled = arr / (descale[..., None, None] if per_head else descale)
+    return scaled.astype(fp8_dtype(dtype)), descale if per_head else np.float32(descale)

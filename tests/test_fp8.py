@@ -1,0 +1,179 @@
+"""fp8 inputs with descales (attention_ref/fp8.py): dequantized exactly, bfloat16 out, checked by FA3's rule."""
+
+import numpy as np
+import pytest
+from conftest import require
+
+import attention_ref as ar
+from attention_ref import paged_attention, quantize_fp8, scaled_dot_product_attention, varlen_attention
+from attention_ref.testing import assert_attention_close, assert_lse_close
+
+FORMATS = ["float8_e4m3fn", "float8_e5m2"]
+
+
+@pytest.fixture(autouse=True)
+def _ml_dtypes():
+    require("ml_dtypes")
+
+
+def fp8_problem(seed, fmt="float8_e4m3fn", *, B=2, Hq=4, Hkv=2, L=48, S=64, E=32):
+    """Quantized q, k, v (one descale per batch entry and head) and the descale options (q's per key/value head)."""
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((B, Hq, L, E))
+    k = rng.standard_normal((B, Hkv, S, E))
+    v = 3.0 * rng.standard_normal((B, Hkv, S, E))
+    (q8, qd), (k8, kd), (v8, vd) = (quantize_fp8(x, fmt, per_head=True) for x in (q, k, v))
+    qd = qd.reshape(B, Hkv, Hq // Hkv).max(axis=-1)  # FA3's q_descale is (B, Hkv): one factor per group
+    q8 = (q / np.repeat(qd, Hq // Hkv, axis=1)[..., None, None]).astype(q8.dtype)  # quantized with it
+    return q8, k8, v8, {"q_descale": qd, "k_descale": kd, "v_descale": vd, "enable_gqa": Hq != Hkv}
+
+
+def dequantized(q8, k8, v8, options):
+    """The arrays the fp8 inputs stand for, written out: x8 in float64 times its descale (q's per group)."""
+    groups = q8.shape[1] // k8.shape[1]
+    qd = np.repeat(options["q_descale"], groups, axis=1)[..., None, None]
+    return (q8.astype(np.float64) * qd, k8.astype(np.float64) * options["k_descale"][..., None, None],
+            v8.astype(np.float64) * options["v_descale"][..., None, None])
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_quantize_round_trip(fmt):
+    x = np.random.default_rng(0).standard_normal((2, 3, 16, 8)) * np.array([1.0, 10.0, 0.01])[:, None, None]
+    for per_head in (False, True):
+        x8, descale = quantize_fp8(x, fmt, per_head=per_head)
+        assert x8.dtype.name == fmt
+        back = x8.astype(np.float64) * (descale[..., None, None] if per_head else descale)
+        # amax lands on the format's largest value; every entry within half a spacing of fp8 (relative)
+        rel = {"float8_e4m3fn": 2.0**-4, "float8_e5m2": 2.0**-3}[fmt]
+        scale = np.abs(x).max(axis=(-2, -1), keepdims=True) if per_head else np.abs(x).max()
+        assert np.all(np.abs(back - x) <= rel * np.maximum(np.abs(x), scale * 2.0**-6) + 1e-12)
+        np.testing.assert_allclose(np.abs(back).max(), np.abs(x).max(), rtol=1e-6)
+    zeros8, d = quantize_fp8(np.zeros((2, 2)))
+    assert float(d) == 1.0 and not zeros8.astype(np.float32).any()
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_the_attention_of_the_dequantized_arrays_in_bfloat16(fmt):
+    q8, k8, v8, options = fp8_problem(1, fmt)
+    out = scaled_dot_product_attention(q8, k8, v8, is_causal=True, **options)
+    assert out.dtype.name == "bfloat16"
+    q, k, v = dequantized(q8, k8, v8, options)
+    ref = scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    expected = ref.astype(out.dtype)  # the exact attention, rounded once to bfloat16
+    assert np.abs(out.astype(np.float64) - expected.astype(np.float64)).max() <= 2.0**-8 * np.abs(ref).max()
+    out_b, lse = ar.blockwise_attention(q8, k8, v8, is_causal=True, return_lse=True, **options)
+    assert out_b.dtype.name == "bfloat16"
+    np.testing.assert_allclose(lse, scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True,
+                                                                 return_lse=True)[1], rtol=1e-12)
+
+
+def test_float8_without_descales_has_descale_one():
+    q8, k8, v8, _ = fp8_problem(2)
+    out = scaled_dot_product_attention(q8, k8, v8, enable_gqa=True)
+    ref = scaled_dot_product_attention(*(x.astype(np.float64) for x in (q8, k8, v8)), enable_gqa=True)
+    np.testing.assert_array_equal(out, ref.astype(out.dtype))
+
+
+def test_scalar_descales():
+    q8, k8, v8, _ = fp8_problem(3)
+    out = scaled_dot_product_attention(q8, k8, v8, enable_gqa=True, q_descale=0.5, k_descale=2.0, v_descale=0.25)
+    q, k, v = (x.astype(np.float64) for x in (q8, k8, v8))
+    ref = scaled_dot_product_attention(q * 0.5, k * 2.0, v * 0.25, enable_gqa=True)
+    np.testing.assert_array_equal(out, ref.astype(out.dtype))
+
+
+def test_varlen_and_paged_take_a_descale_row_per_sequence():
+    rng = np.random.default_rng(4)
+    lens = [5, 0, 9]
+    k = rng.standard_normal((2, 14, 8))
+    k8, _ = quantize_fp8(k)
+    v8, _ = quantize_fp8(rng.standard_normal((2, 14, 8)))
+    q8, _ = quantize_fp8(rng.standard_normal((2, 3, 8)))
+    kd = np.array([[0.5, 1.0], [2.0, 4.0], [0.25, 0.125]], dtype=np.float32)  # (B, Hkv)
+    cu_k = np.array([0, 5, 5, 14])
+    out = varlen_attention(q8, k8, v8, [0, 1, 2, 3], cu_k, k_descale=kd)
+    assert out.dtype.name == "bfloat16"
+    for b in range(3):
+        want = scaled_dot_product_attention(q8[:, b : b + 1], k8[:, cu_k[b] : cu_k[b + 1]],
+                                            v8[:, cu_k[b] : cu_k[b + 1]], k_descale=kd[b])
+        np.testing.assert_array_equal(out[:, b : b + 1], want)
+    # the same keys in pages of 4 (HND), sequence b on pages table[b]
+    pages_k = np.zeros((8, 2, 4, 8), dtype=k8.dtype)
+    pages_v = np.zeros((8, 2, 4, 8), dtype=v8.dtype)
+    table = np.array([[3, 6, -1], [0, 0, 0], [1, 7, 2]])
+    for b, n in enumerate(lens):
+        for j in range(n):
+            pages_k[table[b, j // 4], :, j % 4] = k8[:, cu_k[b] + j]
+            pages_v[table[b, j // 4], :, j % 4] = v8[:, cu_k[b] + j]
+    paged = paged_attention(q8, pages_k, pages_v, table, lens, cu_seqlens_q=[0, 1, 2, 3], k_descale=kd)
+    np.testing.assert_array_equal(paged, out)
+    with pytest.raises(ValueError, match=r"^k_descale must have one row per sequence; got shape \(2, 2\)"):
+        varlen_attention(q8, k8, v8, [0, 1, 2, 3], cu_k, k_descale=kd[:2])
+
+
+# --- the checker: FlashAttention 3's baseline -----------------------------------
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_checker_passes_correct_fp8_kernels(seed):
+    q8, k8, v8, options = fp8_problem(seed)
+    options |= {"is_causal": True, "sinks": np.array([0.5, 1.0, -1.0, 2.0])}
+    for kernel in (scaled_dot_product_attention, ar.blockwise_attention):
+        assert_attention_close(kernel(q8, k8, v8, **options), q8, k8, v8, **options)
+    _, lse = ar.blockwise_attention(q8, k8, v8, return_lse=True, **options)
+    assert_lse_close(lse, q8, k8, v8, **options)
+
+
+@pytest.mark.parametrize("breakage", ["k_descale x 1.25", "v_descale x 1.1", "q_descale of head 0", "dropped sink"])
+def test_checker_fails_broken_fp8_kernels(breakage):
+    q8, k8, v8, options = fp8_problem(7)
+    options |= {"sinks": np.array([3.0, 4.0, 2.0, 5.0])}  # each about a tenth or more of its rows' weight
+    wrong = dict(options)
+    if breakage == "k_descale x 1.25":
+        wrong["k_descale"] = options["k_descale"] * 1.25
+    elif breakage == "v_descale x 1.1":
+        wrong["v_descale"] = options["v_descale"] * 1.1
+    elif breakage == "q_descale of head 0":
+        wrong["q_descale"] = np.broadcast_to(options["q_descale"][:, :1], options["q_descale"].shape)
+    else:
+        del wrong["sinks"]
+    out = ar.blockwise_attention(q8, k8, v8, **wrong)
+    with pytest.raises(AssertionError, match="elements are too far from the float64 reference"):
+        assert_attention_close(out, q8, k8, v8, **options)
+
+
+def test_the_fp8_baseline_rounds_the_weights_to_fp8():
+    # FA3's intermediate_dtype: a baseline without that rounding is several times closer to the reference.
+    from attention_ref.testing import _dequantized, _naive_attention
+
+    q8, k8, v8, options = fp8_problem(5)
+    q, k, v, plain, fp8 = _dequantized(q8, k8, v8, options)
+    assert fp8 == q8.dtype
+    bf16 = np.dtype(require("ml_dtypes").bfloat16)
+    ref = scaled_dot_product_attention(q, k, v, **plain)
+    with_fp8 = np.abs(_naive_attention(q, k, v, bf16, plain, intermediate=fp8).astype(np.float64) - ref).max()
+    without = np.abs(_naive_attention(q, k, v, bf16, plain).astype(np.float64) - ref).max()
+    assert with_fp8 > 2 * without
+
+
+# --- bad input ------------------------------------------------------------------
+
+
+def test_descale_bad_input():
+    q8, k8, v8, _ = fp8_problem(0)
+    with pytest.raises(ValueError, match=r"^k_descale must be a scalar or hold one factor per batch entry"):
+        scaled_dot_product_attention(q8, k8, v8, enable_gqa=True, k_descale=np.ones((3, 2)))
+    with pytest.raises(ValueError, match=r"^v_descale must be finite"):
+        scaled_dot_product_attention(q8, k8, v8, enable_gqa=True, v_descale=np.nan)
+    with pytest.raises(TypeError, match=r"^q_descale must hold real numbers"):
+        scaled_dot_product_attention(q8, k8, v8, enable_gqa=True, q_descale="x")
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'q_descale'"):
+        ar.attention_backward(q8, k8, v8, np.zeros((2, 4, 48, 32)), q_descale=1.0)
+    with pytest.raises(TypeError, match=r"^q has dtype float8_e4m3fn, a storage format"):
+        ar.attention_backward(q8, k8, v8, np.zeros((2, 4, 48, 32)), enable_gqa=True)
+    with pytest.raises(ValueError, match=r"^dtype must be one of"):
+        quantize_fp8(np.ones(3), "float8_e4m3")
+    with pytest.raises(ValueError, match=r"^x must be 4-D \(B, H, L, E\) for per_head=True"):
+        quantize_fp8(np.ones(3), per_head=True)
+    with pytest.raises(ValueError, match=r"^x must be finite"):
+        quantize_fp8(np.array([1.0, np.inf]))
