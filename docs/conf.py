@@ -41,6 +41,7 @@ extensions = [
     "citation_roles",  # citations get an ARIA role axe accepts
     "live_code",  # "Live code" button: cells run on make serve's kernel or Binder; launch menu when the repo is known
     "reading_time",  # each page's reading time under its title; the reading paths' totals on the landing page
+    "explorables",  # figures to play with on the static page: every state computed at build time, shown by a script
 ]
 
 exclude_patterns = ["_build", "_ext", "**.ipynb_checkpoints", "jupyter_execute", "_inventories", "_templates"]
