@@ -142,8 +142,7 @@ html_theme_options = {
     "home_page_in_toc": True,
     "navigation_with_keys": False,
 }
-# First visit (nothing in localStorage): follow the reader's system setting. Without this
-# pydata-sphinx-theme logs a console error ("Got invalid theme mode").
+# First visit (nothing stored): follow the system setting; without it the theme logs "Got invalid theme mode".
 html_context = {"default_mode": "auto"}
 
 copybutton_prompt_text = r">>> |\.\.\. |\$ "

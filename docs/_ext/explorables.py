@@ -258,7 +258,7 @@ def temperature_slider(seed=4, n_keys=8, d_k=64):
     summary = (f'<p class="ex-summary">Entropy <span data-slot="entropy"></span> nats (uniform: '
                f"{np.log(n_keys):.2f}, one-hot: 0.00); largest weight <span data-slot=\"max\"></span> on "
                f'<span data-slot="argmax"></span>.</p>')
-    body = (table + _bar_list("weights", "Weights", keys) + summary)
+    body = f'<div class="ex-pair">{table}{_bar_list("weights", "Weights", keys)}</div>{summary}'
     page = _page(
         "temperature", f"Softmax of one row of scores as the temperature \u03c4 moves (d_k = {d_k})",
         [_slider("tau", "Temperature \u03c4", len(taus), default)], body, states, ["tau"], _key(default),
