@@ -41,6 +41,7 @@ extensions = [
     "citation_roles",  # citations get an ARIA role axe accepts
     "live_code",  # "Live code" button: cells run on make serve's kernel or Binder; launch menu when the repo is known
     "reading_time",  # each page's reading time under its title; the reading paths' totals on the landing page
+    "explorables",  # figures to play with on the static page: every state computed at build time, shown by a script
 ]
 
 exclude_patterns = ["_build", "_ext", "**.ipynb_checkpoints", "jupyter_execute", "_inventories", "_templates"]
@@ -141,8 +142,7 @@ html_theme_options = {
     "home_page_in_toc": True,
     "navigation_with_keys": False,
 }
-# First visit (nothing in localStorage): follow the reader's system setting. Without this
-# pydata-sphinx-theme logs a console error ("Got invalid theme mode").
+# First visit (nothing stored): follow the system setting; without it the theme logs "Got invalid theme mode".
 html_context = {"default_mode": "auto"}
 
 copybutton_prompt_text = r">>> |\.\.\. |\$ "

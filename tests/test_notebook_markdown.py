@@ -201,12 +201,14 @@ def test_values_glued_for_the_book_only_leave_the_outputs(nm):
 
 @pytest.mark.docs
 def test_every_downloaded_notebook_shows_the_books_figures_and_numbers():
-    """Each glued figure the chapter's prose shows is an embedded image; the glued numbers are in the text."""
+    """Each glued figure the chapter's prose shows, and each explorable figure's still image, is an embedded
+    image; the glued numbers are in the text."""
     for path in _built():
         notebook = json.loads(path.read_text())
         chapter = (ROOT / notebook["metadata"]["attention_ref"]["source"]).read_text()
         markdown = "\n".join(_source(cell) for cell in notebook["cells"] if cell["cell_type"] == "markdown")
         figures = len(re.findall(r"^`{3,}\{glue:figure\}", chapter, flags=re.MULTILINE))
+        figures += len(re.findall(r"^:tags: \[.*\bexplorable\b.*\]$", chapter, flags=re.MULTILINE))
         assert len(re.findall(r"!\[[^\]]+\]\(data:image/png;base64,", markdown)) == figures, path.name
         solutions = [cell for cell in notebook["cells"] if "hide-cell" in cell["metadata"].get("tags", [])]
         assert all(cell["metadata"]["jupyter"]["source_hidden"] for cell in solutions), path.name

@@ -9,7 +9,8 @@ as one top-to-bottom run would have). Streams are joined exactly (``exact_stream
 Corrects one thing about its Markdown: it is the chapter's MyST source, which no notebook front end renders;
 ``_notebook_markdown.for_readers`` writes the glued values in, makes roles links (to the hosted pages when the
 site's address is known: ``html_baseurl``, else Read the Docs' ``READTHEDOCS_CANONICAL_URL``), admonitions
-blockquotes and glued figures embedded images, and collapses the hidden solution cells. The notebook records the
+blockquotes and glued figures embedded images, and collapses the hidden solution cells;
+``explorables.still_figures`` turns each explorable figure's cell into its still image. The notebook records the
 chapter it was built from and that file's SHA-256 (``metadata.attention_ref``), which ``_launch_notebooks``
 checks before it makes the committed notebooks from it.
 
@@ -45,6 +46,7 @@ from pathlib import Path
 import nbformat
 from _notebook_markdown import Book, for_readers, glue_values
 from exact_streams import merge_streams
+from explorables import still_figures
 from jupyter_cache import get_cache
 from sphinx.directives.code import LiteralIncludeReader
 from sphinx.ext.intersphinx import InventoryAdapter
@@ -242,7 +244,8 @@ def write_notebook(app, pagename, templatename, context, doctree):
     options = app.config.html_theme_options  # the repository, as live_code (or conf.py) set it
     install = install_spec(options.get("repository_url"), options.get("repository_branch"))
     notebook = _with_cached_outputs(app, notebook)
-    notebook = numbered(runnable_anywhere(for_readers(notebook, book_for(app, pagename, notebook)), install))
+    notebook = still_figures(for_readers(notebook, book_for(app, pagename, notebook)))
+    notebook = numbered(runnable_anywhere(notebook, install))
     source = Path(app.env.doc2path(pagename))
     notebook["metadata"]["attention_ref"] = {
         "source": Path(app.srcdir).name + "/" + source.relative_to(app.srcdir).as_posix(),

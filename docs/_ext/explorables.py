@@ -1,0 +1,587 @@
+"""Explorable figures: figures a reader can play with on the static page, every number computed by attention_ref.
+
+Corrects: on a static site (Read the Docs, ``make docs``) every figure a chapter executes is a still image, and
+MyST-NB's live code needs a kernel (Binder, ``make serve``). An explorable needs neither. A chapter cell calls
+one of the functions below; it runs attention_ref for *every* setting of the figure's controls when the book is
+built and returns an `Explorable`, whose MIME bundle holds
+
+* ``text/html``: the figure's labelled controls, its tables and a status line (``aria-live``), with a JSON table
+  of what each setting shows (every number already formatted). ``_static/explorables.js`` reads the controls,
+  looks the setting up in that table and writes what it finds into the page: it computes nothing;
+* ``image/png``: the figure's default setting drawn by matplotlib, with alt text, for whatever cannot run the
+  script (a notebook front end, the PDF and EPUB builders).
+
+The cell carries the ``explorable`` tag (and ``remove-input``: the reader sees the figure, not the call). It
+imports this module, which a notebook outside the repository cannot: `still_figures` turns each such cell of a
+downloaded notebook into a Markdown cell showing the still image and its alt text (``notebook_download``).
+
+Sphinx side (public API only): ``setup`` puts this folder on the ``PYTHONPATH`` the build's kernels inherit
+(as ``execution_cache`` sets their thread count), and ``html-page-context`` adds the script and its style sheet
+to the pages that hold an explorable (Sphinx's documented per-page ``add_js_file``). Verified with Sphinx 9.0.4
+and MyST-NB 1.4.0.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import itertools
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+TAG = "explorable"  # the tag of a chapter cell whose output is an explorable
+MIME_HTML, MIME_PNG = "text/html", "image/png"
+METADATA_KEY = "attention_ref/explorable"  # output metadata: the figure's name and alt text
+MINUS_INF = "\u2212\u221e"  # what a masked entry of an additive mask shows
+PALETTE_SIZE = 65  # weights in [0, 1] are coloured in steps of 1/64
+# A table cell of the JSON: [text, colour], colour an index into the palette or one of these.
+MASKED, PLAIN = -1, -2
+
+
+# -- What a cell returns ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Explorable:
+    """An explorable figure: the page's interactive HTML and the still PNG of its default setting."""
+
+    name: str
+    html: str
+    png: bytes
+    alt: str
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        data = {
+            MIME_HTML: self.html,
+            MIME_PNG: base64.b64encode(self.png).decode("ascii"),
+            "text/plain": f"Explorable figure ({self.name}): {self.alt}",
+        }
+        return data, {METADATA_KEY: {"name": self.name, "alt": self.alt}}
+
+
+def _png(fig) -> bytes:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    return buffer.getvalue()
+
+
+def _figure(ncols, width):
+    """A matplotlib Figure outside pyplot (so the cell shows only the explorable) with `ncols` axes."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, 3.2), layout="constrained")
+    return fig, fig.subplots(1, ncols, squeeze=False)[0]
+
+
+def _palette():
+    """``[[background, text colour], ...]``: viridis at 0, 1/64, ..., 1 (as `attention_ref.plot_attention` draws
+    weights), each with the text colour of higher contrast."""
+    from matplotlib import colors
+
+    from attention_ref.plotting import _colormap, _text_colour
+
+    cmap = _colormap("viridis")
+    return [[colors.to_hex(cmap(i / (PALETTE_SIZE - 1))), _text_colour(cmap(i / (PALETTE_SIZE - 1)))]
+            for i in range(PALETTE_SIZE)]
+
+
+def _weight_cell(weight) -> list:
+    """A weight's table cell: two decimals (``0`` when it is exactly zero) on its viridis colour."""
+    return [_weight_text(weight), round(float(weight) * (PALETTE_SIZE - 1))]
+
+
+def _weight_text(weight) -> str:
+    return "0" if weight == 0 else f"{weight:.2f}"
+
+
+def _grid(weights) -> list:
+    return [[_weight_cell(w) for w in row] for row in weights]
+
+
+def _bars(weights) -> list:
+    """``[[length, text], ...]``: bar lengths in percent of the full width (a weight of 1 fills it), and the
+    weight written beside each bar."""
+    return [[round(100 * float(w), 1), _weight_text(w)] for w in weights]
+
+
+def _entropy(weights) -> float:
+    """Entropy in nats of a row of weights (0 log 0 = 0)."""
+    logs = np.log(weights, where=weights > 0, out=np.zeros_like(weights))
+    return float(-(weights * logs).sum())
+
+
+# -- HTML pieces -------------------------------------------------------------------------------------------
+
+
+def _e(text) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _table(name, caption, columns, rows, *, corner="", row_buttons=None):
+    """A table whose body cells the script fills from the state's grid `name` (``data-grid``).
+
+    `columns` and `rows` are header texts (a header with ``data-slot`` when given as ``(text, slot)``).
+    `row_buttons`: a control name; each row header is then a button that sets that control to the row's index.
+    """
+
+    def header(item, scope, index=None):
+        text, slot = item if isinstance(item, tuple) else (item, None)
+        inner = f'<span data-slot="{slot}">{_e(text)}</span>' if slot else _e(text)
+        if row_buttons is not None and index is not None:
+            inner = (f'<button type="button" class="ex-row" data-set="{row_buttons}" data-value="{index}"'
+                     f' aria-pressed="false">{inner}</button>')
+        return f'<th scope="{scope}">{inner}</th>'
+
+    head = "".join([f'<th scope="col">{_e(corner)}</th>', *(header(c, "col") for c in columns)])
+    cells = '<td class="ex-cell"></td>' * len(columns)
+    body = "".join(f"<tr>{header(row, 'row', i)}{cells}</tr>" for i, row in enumerate(rows))
+    return (f'<table class="ex-table" data-grid="{name}"><caption>{_e(caption)}</caption>'
+            f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+
+
+def _bar_list(name, caption, labels):
+    """Labelled horizontal bars (``data-bars``), one per label, with the value written beside each."""
+    items = "".join(
+        f'<li><span class="ex-bar-label">{_e(label)}</span><span class="ex-bar-track" aria-hidden="true">'
+        f'<span class="ex-bar"></span></span><span class="ex-bar-value"></span></li>'
+        for label in labels
+    )
+    return (f'<figure class="ex-bars-figure"><figcaption>{_e(caption)}</figcaption>'
+            f'<ol class="ex-bars" data-bars="{name}">{items}</ol></figure>')
+
+
+def _select(name, label, options, default):
+    """A labelled drop-down (``options``: ``[(value, text), ...]``)."""
+    choices = "".join(
+        f'<option value="{_e(value)}"{" selected" if value == default else ""}>{_e(text)}</option>'
+        for value, text in options
+    )
+    return (f'<label class="ex-control">{_e(label)} <select data-control="{name}">{choices}</select></label>')
+
+
+def _checkbox(name, label, default):
+    checked = " checked" if default == "1" else ""
+    return (f'<label class="ex-control"><input type="checkbox" data-control="{name}"{checked}> {_e(label)}</label>')
+
+
+def _slider(name, label, count, default):
+    return (f'<label class="ex-control ex-slider">{_e(label)} <input type="range" data-control="{name}" min="0"'
+            f' max="{count - 1}" step="1" value="{default}"></label>'
+            f' <output class="ex-value" data-slot="{name}-value"></output>')
+
+
+def _hidden_control(name, default):
+    """A control set by buttons (``data-set``) rather than by a form field."""
+    return f'<input type="hidden" data-control="{name}" value="{_e(default)}">'
+
+
+def _json(data) -> str:
+    """`data` as JSON that cannot end the script element holding it."""
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return text.replace("</", "<\\/")
+
+
+def _page(name, title, controls, body, states, order, default, intro="", inputs=None):
+    """The explorable's ``<figure>``: controls, body, status line and the JSON table of every state.
+
+    `order` names the controls in the order their values make a state's key (``value|value|...``).
+    """
+    data = {"order": order, "default": default, "palette": _palette(), "states": states}
+    if inputs is not None:
+        data["inputs"] = inputs
+    return (
+        f'<figure class="explorable" id="explorable-{name}" data-explorable="{name}">'
+        f'<figcaption class="ex-title">{_e(title)}</figcaption>'
+        + (f'<p class="ex-intro">{_e(intro)}</p>' if intro else "")
+        + f'<div class="ex-controls">{"".join(controls)}</div>'
+        f'<div class="ex-body">{body}</div>'
+        f'<p class="ex-status" role="status" aria-live="polite" data-slot="status"></p>'
+        f'<script type="application/json" class="ex-data">{_json(data)}</script>'
+        "</figure>"
+    )
+
+
+def _key(*values) -> str:
+    return "|".join(str(value) for value in values)
+
+
+# -- 1. Temperature: one row of scores, softmax at every temperature -----------------------------------------
+
+
+def temperature_taus():
+    """The slider's temperatures: ``2**(k/4)`` for k = -8..32, from 0.25 to 256 (``sqrt(64) = 8`` among them)."""
+    return 2.0 ** (np.arange(-8, 33) / 4)
+
+
+def temperature_row(seed=4, n_keys=8, d_k=64):
+    """The query, keys and values of the temperature figure: one query against `n_keys` keys of size `d_k`."""
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((1, d_k))  # (L=1, E)
+    k = rng.standard_normal((n_keys, d_k))  # (S, E)
+    v = np.zeros((n_keys, 1))  # (S, 1): only the weights are shown
+    return q, k, v
+
+
+def temperature_slider(seed=4, n_keys=8, d_k=64):
+    """The temperature explorable: ``softmax(q k^T / tau)`` over one row as a slider moves `tau`."""
+    import attention_ref as ar
+
+    q, k, v = temperature_row(seed, n_keys, d_k)
+    raw = (q @ k.T)[0]  # (S,) unscaled dot products, as shown in the first column
+    taus = temperature_taus()
+    default = int(np.flatnonzero(np.isclose(taus, np.sqrt(d_k)))[0])
+    keys = [f"k{j}" for j in range(n_keys)]
+    states, rows = {}, []
+    for index, tau in enumerate(taus):
+        _, weights = ar.scaled_dot_product_attention(q, k, v, scale=1 / tau, return_weights=True)
+        w = weights[0]  # (S,)
+        entropy, top = _entropy(w), int(np.argmax(w))
+        name = f"\u03c4 = {tau:.3g}" + (" = \u221ad_k" if index == default else "")
+        states[_key(index)] = {
+            "text": {"tau-value": name, "entropy": f"{entropy:.2f}", "max": f"{w[top]:.2f}", "argmax": keys[top]},
+            "valuetext": {"tau": name},
+            "grids": {"row": [[[f"{raw[j]:.1f}", PLAIN], [f"{raw[j] / tau:.2f}", PLAIN], _weight_cell(w[j])]
+                              for j in range(n_keys)]},
+            "bars": {"weights": _bars(w)},
+            "status": f"{name}: entropy {entropy:.2f} nats of at most {np.log(n_keys):.2f}; "
+                      f"largest weight {w[top]:.2f}, on {keys[top]}.",
+        }
+        rows.append((tau, w, entropy))
+    table = _table("row", f"One query's {n_keys} scores and weights at the chosen temperature",
+                   ["score q\u00b7k", "score / \u03c4", "weight"], keys, corner="key")
+    summary = (f'<p class="ex-summary">Entropy <span data-slot="entropy"></span> nats (uniform: '
+               f"{np.log(n_keys):.2f}, one-hot: 0.00); largest weight <span data-slot=\"max\"></span> on "
+               f'<span data-slot="argmax"></span>.</p>')
+    body = f'<div class="ex-pair">{table}{_bar_list("weights", "Weights", keys)}</div>{summary}'
+    page = _page(
+        "temperature", f"Softmax of one row of scores as the temperature \u03c4 moves (d_k = {d_k})",
+        [_slider("tau", "Temperature \u03c4", len(taus), default)], body, states, ["tau"], _key(default),
+        intro="Drag the slider or use the arrow keys: small \u03c4 sharpens the weights towards one key, "
+              "large \u03c4 flattens them towards uniform; \u03c4 = \u221ad_k is the standard scale.",
+    )
+    fig, (bar_ax, ent_ax) = _figure(2, 8)
+    w = rows[default][1]
+    bar_ax.bar(keys, w)
+    bar_ax.set_ylim(0, 1)
+    bar_ax.set_title(f"weights at \u03c4 = \u221ad_k = {taus[default]:g}")
+    bar_ax.set_xlabel("key")
+    ent_ax.semilogx([r[0] for r in rows], [r[2] for r in rows], marker=".", base=2)
+    ent_ax.axhline(np.log(n_keys), linestyle="--", color="0.4", label=f"uniform, log {n_keys}")
+    ent_ax.axvline(taus[default], linestyle=":", color="0.4", label="\u03c4 = \u221ad_k")
+    ent_ax.set_xlabel("temperature \u03c4")
+    ent_ax.set_ylabel("entropy (nats)")
+    ent_ax.legend(loc="lower right")
+    alt = (f"Left: bar chart of one query's weights over {n_keys} keys at temperature square root of d_k = "
+           f"{taus[default]:g}, the largest {w.max():.2f}. Right: the entropy of the weights against the "
+           f"temperature on a log axis, rising from 0 (one-hot) at small temperatures to log {n_keys} (uniform) "
+           "at large ones.")
+    return Explorable("temperature", page, _png(fig), alt)
+
+
+# -- 2. Masks: causal, alignment, window, padding ------------------------------------------------------------
+
+MASK_TOKENS = ("The", "cat", "sat", "on", "the", "mat")
+MASK_QUERIES = (6, 3)  # L = S, and the last three tokens' queries (L < S)
+MASK_WINDOWS = ("none", "1", "2")  # (w, w) around the query's position
+MASK_LENGTHS = (6, 5, 4, 3)  # real (unpadded) keys
+ALIGNMENTS = ("top-left", "bottom-right")
+
+
+def mask_problem(seed=5, dim=4):
+    """Queries, keys and values (shape (6, dim) each) of the six tokens of the mask figure."""
+    rng = np.random.default_rng(seed)
+    return tuple(rng.standard_normal((len(MASK_TOKENS), dim)) for _ in range(3))
+
+
+def mask_setting(n_queries, causal, alignment, window, length):
+    """``(queries' slice, options of scaled_dot_product_attention)`` for one setting of the mask figure."""
+    import attention_ref as ar
+
+    n_keys = len(MASK_TOKENS)
+    options = {"mask": ar.padding_mask([length], n_keys)[0], "is_causal": causal, "causal_alignment": alignment}
+    if window != "none":
+        options["window"] = (int(window), int(window))
+    return slice(n_keys - n_queries, n_keys), options
+
+
+def mask_allowed(n_queries, causal, alignment, window, length):
+    """Boolean (L, S): which keys each query sees, from the mask builders of attention_ref.masks."""
+    import attention_ref as ar
+
+    n_keys = len(MASK_TOKENS)
+    allowed = np.broadcast_to(ar.padding_mask([length], n_keys)[0], (n_queries, n_keys))
+    if causal:
+        allowed = allowed & ar.causal_mask(n_queries, n_keys, alignment=alignment)
+    if window != "none":
+        w = int(window)
+        allowed = allowed & ar.sliding_window_mask(n_queries, n_keys, window=(w, w), alignment=alignment)
+    return allowed
+
+
+def _positions(n_queries, n_keys, alignment):
+    """Key position p_i of each query: i (top-left) or i + S - L (bottom-right)."""
+    return np.arange(n_queries) + (n_keys - n_queries if alignment == "bottom-right" else 0)
+
+
+def _sees(label, position, keys, allowed_row):
+    seen = [keys[j] for j in np.flatnonzero(allowed_row)]
+    if not seen:
+        return f"{label} (p = {position}) sees no key: its weights and output are all zero."
+    return f"{label} (p = {position}) sees {len(seen)}: " + ", ".join(seen) + "."
+
+
+def mask_inspector(seed=5, dim=4):
+    """The mask explorable: additive mask, weights and visible keys for every mask setting."""
+    import attention_ref as ar
+
+    q, k, v = mask_problem(seed, dim)
+    n_keys = len(MASK_TOKENS)
+    states = {}
+    for n_queries, causal, alignment, window, length in itertools.product(
+        MASK_QUERIES, (True, False), ALIGNMENTS, MASK_WINDOWS, MASK_LENGTHS
+    ):
+        rows, options = mask_setting(n_queries, causal, alignment, window, length)
+        _, weights = ar.scaled_dot_product_attention(q[rows], k, v, return_weights=True, **options)  # (L, S)
+        allowed = mask_allowed(n_queries, causal, alignment, window, length)
+        np.testing.assert_array_equal(weights > 0, allowed)  # the figure's two views agree
+        bias = ar.mask_to_bias(allowed)
+        keys = [token if j < length else "[pad]" for j, token in enumerate(MASK_TOKENS)]
+        positions = _positions(n_queries, n_keys, alignment)
+        labels = [f"q{i}" for i in range(n_queries)]
+        sees = [_sees(labels[i], positions[i], keys, allowed[i]) for i in range(n_queries)]
+        blind = sum(not row.any() for row in allowed)
+        text = {f"key{j}": keys[j] for j in range(n_keys)}
+        text |= {f"query{i}": f"{labels[i]} (p = {positions[i]})" for i in range(n_queries)}
+        text |= {f"sees{i}": sees[i] for i in range(n_queries)}
+        states[_key(n_queries, int(causal), alignment, window, length)] = {
+            "text": text,
+            "grids": {
+                "additive": [[["0", PLAIN] if b == 0 else [MINUS_INF, MASKED] for b in row] for row in bias],
+                "weights": _grid(weights),
+            },
+            "status": (f"L = {n_queries}, S = {n_keys}, causal {'on' if causal else 'off'} ({alignment}), "
+                       f"window {window}, {length} real keys: {int(allowed.sum())} of {allowed.size} pairs allowed"
+                       + (f"; {blind} {'query sees' if blind == 1 else 'queries see'} no key." if blind else ".")),
+        }
+    key_headers = [(token, f"key{j}") for j, token in enumerate(MASK_TOKENS)]  # a slot may appear twice
+    query_rows = [(f"q{i}", f"query{i}") for i in range(n_keys)]
+    additive = _table("additive", "Additive mask: 0 where the key is allowed, \u2212\u221e where it is not",
+                      key_headers, query_rows, corner="query \\ key")
+    weights = _table("weights", "Weights: softmax(scores + mask), row by row", key_headers, query_rows,
+                     corner="query \\ key")
+    sees = "".join(f'<li data-slot="sees{i}"></li>' for i in range(n_keys))
+    body = (f'<div class="ex-pair">{additive}{weights}</div>'
+            f'<p class="ex-subtitle">Which keys each query sees</p><ul class="ex-sees">{sees}</ul>')
+    controls = [
+        _select("queries", "Queries", [("6", "L = 6 (every token)"), ("3", "L = 3 (the last three)")], "6"),
+        _checkbox("causal", "Causal", "1"),
+        _select("alignment", "Causal alignment", [(a, a) for a in ALIGNMENTS], "top-left"),
+        _select("window", "Window (w, w)", [(w, "none" if w == "none" else f"w = {w}") for w in MASK_WINDOWS],
+                "none"),
+        _select("length", "Real keys", [(str(n), f"{n} of 6" + ("" if n == 6 else f" ({6 - n} padded)"))
+                                        for n in MASK_LENGTHS], "6"),
+    ]
+    default = _key(6, 1, "top-left", "none", 6)
+    page = _page(
+        "masks", "Mask inspector: the additive mask, the weights, and the keys each query sees", controls, body,
+        states, ["queries", "causal", "alignment", "window", "length"], default,
+        intro="Each setting's mask is built by attention_ref.masks and its weights by "
+              "scaled_dot_product_attention when the book is built; p is the query's key position.",
+    )
+    rows, options = mask_setting(6, True, "top-left", "none", 6)
+    _, w_default = ar.scaled_dot_product_attention(q[rows], k, v, return_weights=True, **options)
+    fig, (mask_ax, weight_ax) = _figure(2, 9)
+    allowed = mask_allowed(6, True, "top-left", "none", 6)
+    mask_ax.imshow(allowed, cmap="Greys_r", vmin=-0.5, vmax=1)
+    for (i, j), ok in np.ndenumerate(allowed):
+        mask_ax.text(j, i, "0" if ok else "\u2212\u221e", ha="center", va="center", color="black" if ok else "white")
+    for ax in (mask_ax, weight_ax):
+        ax.set_xticks(range(n_keys), MASK_TOKENS)
+        ax.set_yticks(range(n_keys), [f"q{i}" for i in range(n_keys)])
+    mask_ax.set_title("additive causal mask")
+    ar.plot_attention(w_default, [f"q{i}" for i in range(n_keys)], list(MASK_TOKENS), ax=weight_ax,
+                      title="weights", colorbar=False)
+    alt = ("Left: the additive causal mask of six tokens, zero on and below the diagonal and minus infinity above "
+           "it. Right: the attention weights as a heatmap, zero above the diagonal; the first query puts all its "
+           "weight on the first token.")
+    return Explorable("masks", page, _png(fig), alt)
+
+
+# -- 2b. Padding: a batch of two sentences, the mask added and multiplied ------------------------------------
+
+BATCH = (("the", "cat", "sat", "on", "mats"), ("dogs", "bark", "loud"))
+
+
+def padding_problem(seed=7, dim=4):
+    """Queries, keys and values of the padded batch, shape (2, 5, dim) each, and its padding mask (2, 1, 5)."""
+    import attention_ref as ar
+
+    rng = np.random.default_rng(seed)
+    n_keys = max(len(s) for s in BATCH)
+    q, k, v = (rng.standard_normal((len(BATCH), n_keys, dim)) for _ in range(3))
+    return q, k, v, ar.padding_mask([len(s) for s in BATCH], n_keys)
+
+
+def padding_weights(seed=7, dim=4):
+    """``(added, multiplied)`` weights of the batch, shape (2, 5, 5) each: the mask as an additive 0 / -inf
+    (attention_ref) and, the wrong way, the scores multiplied by the 0/1 mask before the softmax."""
+    import attention_ref as ar
+
+    q, k, v, mask = padding_problem(seed, dim)
+    _, added = ar.scaled_dot_product_attention(q, k, v, mask=mask, return_weights=True)
+    _, unmasked = ar.scaled_dot_product_attention(q, k, v, return_weights=True)
+    scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])  # (B, L, S)
+    np.testing.assert_allclose(ar.softmax(scores), unmasked, rtol=1e-12)  # these are the package's scores
+    return added, ar.softmax(scores * mask)
+
+
+def padding_batch(seed=7, dim=4):
+    """The padding explorable: each sentence of a padded batch, the mask added beside the mask multiplied."""
+    added, multiplied = padding_weights(seed, dim)
+    n_keys = added.shape[-1]
+    states = {}
+    for b, sentence in enumerate(BATCH):
+        tokens = [*sentence, *["[pad]"] * (n_keys - len(sentence))]
+        leak = multiplied[b][: len(sentence), len(sentence):].sum(axis=-1).max()  # real queries' weight on padding
+        text = {f"{side}-key{j}": tokens[j] for side in ("added", "multiplied") for j in range(n_keys)}
+        text |= {f"{side}-query{i}": tokens[i] for side in ("added", "multiplied") for i in range(n_keys)}
+        text |= {"sentence": " ".join(tokens), "leak": _weight_text(leak)}
+        states[_key(b)] = {
+            "text": text,
+            "grids": {"added": _grid(added[b]), "multiplied": _grid(multiplied[b])},
+            "status": (f"Sentence {b + 1}, {len(sentence)} real tokens and {n_keys - len(sentence)} padding: "
+                       f"added mask, weight on padding 0; multiplied, up to {_weight_text(leak)}."),
+        }
+
+    def table(side, caption):
+        return _table(side, caption, [("", f"{side}-key{j}") for j in range(n_keys)],
+                      [("", f"{side}-query{i}") for i in range(n_keys)], corner="query \\ key")
+
+    added_table = table("added", f"Mask added (0 / {MINUS_INF}): right")
+    multiplied_table = table("multiplied", "Scores multiplied by the 0/1 mask: wrong")
+    body = (
+        '<p class="ex-summary">Tokens: <span data-slot="sentence"></span>. The most weight a real token puts '
+        'on padding when the mask is multiplied: <span data-slot="leak"></span>.</p>'
+        f'<div class="ex-pair">{added_table}{multiplied_table}</div>'
+    )
+    options = [(str(b), f"{b + 1}: {' '.join(s)} ({len(s)} tokens)") for b, s in enumerate(BATCH)]
+    page = _page(
+        "padding", "A padded batch of two sentences: the padding mask added, and multiplied",
+        [_select("sentence", "Sentence", options, "1")], body, states, ["sentence"], _key(1),
+        intro=f"Both sentences are padded to {n_keys} tokens. Multiplying a score by 0 leaves e^0 = 1 in the "
+              "softmax, so the padding still gets weight; adding \u2212\u221e gives it exactly none.",
+    )
+    fig, axes = _figure(2, 9)
+    import attention_ref as ar
+
+    tokens = [*BATCH[1], *["[pad]"] * (n_keys - len(BATCH[1]))]
+    for ax, weights, title in ((axes[0], added[1], "mask added (right)"),
+                               (axes[1], multiplied[1], "scores \u00d7 mask (wrong)")):
+        ar.plot_attention(weights, tokens, tokens, ax=ax, title=title, colorbar=False, vmax=1.0)
+    alt = (f"Two heatmaps of the weights of the sentence '{' '.join(BATCH[1])}' padded to {n_keys} tokens. Left, "
+           "with the mask added: the padding columns are zero. Right, with the scores multiplied by the mask: the "
+           "padding columns get weight too.")
+    return Explorable("padding", page, _png(fig), alt)
+
+
+# -- 3. A heatmap whose rows open: one query's weights and its blended output -------------------------------
+
+
+def _vector(x) -> str:
+    return "(" + ", ".join(f"{c:.2f}" for c in x) + ")"
+
+
+def attention_heatmap(q, k, v, query_labels, key_labels, *, scale=None, title="Attention weights"):
+    """The heatmap explorable of ``scaled_dot_product_attention(q, k, v, scale=scale)``: pointing at or focusing a
+    query shows its weights over the keys and its output, the blend of the values.
+
+    `q` (L, E), `k` (S, E) and `v` (S, Ev) are carried in the page too (``inputs``), so a test can recompute what
+    each row shows.
+    """
+    import attention_ref as ar
+
+    q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
+    out, weights = ar.scaled_dot_product_attention(q, k, v, scale=scale, return_weights=True)  # (L, Ev), (L, S)
+    queries, keys = list(map(str, query_labels)), list(map(str, key_labels))
+    grid = _grid(weights)
+    states = {}
+    for i, name in enumerate(queries):
+        top = int(np.argmax(weights[i]))
+        text = {"query": name, "output": _vector(out[i])}
+        states[_key(i)] = {
+            "text": text,
+            "grids": {"heatmap": grid},
+            "bars": {"row": _bars(weights[i])},
+            "status": f"{name}: most weight {weights[i, top]:.2f} on {keys[top]}; output {_vector(out[i])}.",
+        }
+    heat = _table("heatmap", "Weights: a row per query (point at a query, or Tab to it)", keys, queries,
+                  corner="query \\ key", row_buttons="query")
+    values = "".join(f'<li><span class="ex-token">{_e(t)}</span>: v = {_e(_vector(v[j]))}</li>'
+                     for j, t in enumerate(keys))
+    detail = (
+        '<div class="ex-detail"><p class="ex-subtitle">Query: <span data-slot="query"></span></p>'
+        + _bar_list("row", "Its weights over the keys", keys)
+        + f'<p class="ex-subtitle">The values it blends</p><ul class="ex-values">{values}</ul>'
+        '<p class="ex-summary">Output = \u03a3 weight \u00d7 value = <span data-slot="output"></span></p></div>'
+    )
+    inputs = {"q": q.tolist(), "k": k.tolist(), "v": v.tolist(), "scale": scale}
+    page = _page(
+        "heatmap", title, [_hidden_control("query", "0")], f'<div class="ex-pair">{heat}{detail}</div>', states,
+        ["query"], _key(0), inputs=inputs,
+        intro="Point at a query's row, or move to it with Tab, to see its weights over the keys and its output.",
+    )
+    fig, (heat_ax, bar_ax) = _figure(2, 9)
+    ar.plot_attention(weights, queries, keys, ax=heat_ax, title="weights", colorbar=False)
+    bar_ax.barh(keys[::-1], weights[0][::-1])
+    bar_ax.set_xlim(0, 1)
+    bar_ax.set_title(f"{queries[0]}: output {_vector(out[0])}")
+    alt = (f"Left: a heatmap of the attention weights of {len(queries)} queries (rows: {', '.join(queries)}) over "
+           f"{len(keys)} keys (columns: {', '.join(keys)}). Right: the weights of {queries[0]} as bars, the "
+           f"largest {weights[0].max():.2f} on {keys[int(np.argmax(weights[0]))]}, and its output "
+           f"{_vector(out[0])}.")
+    return Explorable("heatmap", page, _png(fig), alt)
+
+
+# -- The notebook and Sphinx sides ---------------------------------------------------------------------------
+
+
+def still_figures(notebook):
+    """The notebook with each explorable cell (tag ``explorable``) a Markdown cell showing its still image.
+
+    The cell's code imports this module, which exists only in the book's repository; its output's PNG and alt
+    text carry over as ``![alt](data:image/png;base64,...)``, as ``_notebook_markdown`` shows glued figures.
+    """
+    for index, cell in enumerate(notebook.get("cells", [])):
+        if cell.get("cell_type") != "code" or TAG not in cell.get("metadata", {}).get("tags", []):
+            continue
+        found = [o for o in cell.get("outputs", []) if MIME_PNG in o.get("data", {})]
+        if not found:
+            raise ValueError(f"explorable cell {index} has no still image: was the notebook executed?")
+        output = found[0]
+        alt = output.get("metadata", {}).get(METADATA_KEY, {}).get("alt", "")
+        png = "".join(output["data"][MIME_PNG]).replace("\n", "")
+        alt = alt.replace("[", "(").replace("]", ")")
+        notebook["cells"][index] = {"cell_type": "markdown", "id": cell.get("id", f"explorable-{index}"),
+                                    "metadata": {"tags": [TAG]}, "source": f"![{alt}](data:{MIME_PNG};base64,{png})"}
+    return notebook
+
+
+def add_assets(app, pagename, templatename, context, doctree):
+    """Add the script and style sheet to a page that holds an explorable."""
+    if 'class="explorable"' in context.get("body", ""):
+        app.add_css_file("explorables.css")
+        app.add_js_file("explorables.js", defer="defer")
+
+
+def setup(app):
+    # Chapter kernels (started by this build, inheriting its environment) import this module.
+    paths = [str(HERE), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    app.connect("html-page-context", add_assets)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -1,0 +1,338 @@
+"""The explorable figures (docs/_ext/explorables.py, docs/_static/explorables.js).
+
+Without a browser: each figure's table of states holds, for every setting of its controls, what attention_ref
+gives for that setting (recomputed here from the definitions: scores, additive 0 / -inf, softmax), and a
+downloaded notebook gets the still image in place of the cell that imports the module.
+
+In the built book (marked ``browser``, Chromium as in tests/test_site.py): moving each control shows the values
+attention_ref gives for the new setting, the controls work from the keyboard, every change is announced in the
+figure's status line, and axe finds no violation with the figures in changed states, in both colour modes.
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import ext_module, require
+from test_site import SITE, _axe_in_each_mode, _missing, _switch_mode, site, visit  # noqa: F401 (the fixtures)
+
+import attention_ref as ar
+
+ROOT = Path(__file__).resolve().parents[1]
+MINUS_INF = "\u2212\u221e"
+
+
+@pytest.fixture(scope="module")
+def ex():
+    return ext_module("explorables", "matplotlib")
+
+
+def _data(explorable):
+    """The JSON table of states in an explorable's HTML."""
+    html = explorable._repr_mimebundle_()[0]["text/html"]
+    start = html.index('<script type="application/json" class="ex-data">') + len(
+        '<script type="application/json" class="ex-data">')
+    return json.loads(html[start:html.index("</script>", start)].replace("<\\/", "</"))
+
+
+def _texts(grid):
+    return [[cell[0] for cell in row] for row in grid]
+
+
+def _formatted(weights):
+    """Weights as the figures write them: two decimals, and 0 for an exact zero."""
+    return [["0" if w == 0 else f"{w:.2f}" for w in row] for row in np.atleast_2d(weights)]
+
+
+def _expected_masks(ex, n_queries, causal, alignment, window, length):
+    """Additive mask and weights of one setting, from the definitions (not from the figure's own code)."""
+    q, k, _ = ex.mask_problem()
+    n_keys = k.shape[0]
+    rows, cols = np.arange(n_queries)[:, None], np.arange(n_keys)[None, :]
+    position = rows + (n_keys - n_queries if alignment == "bottom-right" else 0)  # p_i
+    allowed = (cols < length) & (rows >= 0)  # (L, S)
+    if causal:
+        allowed = allowed & (cols <= position)
+    if window != "none":
+        allowed = allowed & (np.abs(cols - position) <= int(window))
+    bias = np.where(allowed, 0.0, -np.inf)
+    scores = q[n_keys - n_queries:] @ k.T / np.sqrt(q.shape[1])
+    with np.errstate(invalid="ignore"):
+        weights = ar.softmax(scores + bias)  # fully masked rows: zeros (the package's convention)
+    return [["0" if ok else MINUS_INF for ok in row] for row in allowed], _formatted(weights), allowed
+
+
+# -- The tables of states ------------------------------------------------------------------------------------
+
+
+def test_each_figure_is_html_and_a_still_png_with_alt_text(ex):
+    q = np.eye(3)
+    figures = [ex.temperature_slider(), ex.mask_inspector(), ex.padding_batch(),
+               ex.attention_heatmap(q, q, q, "abc", "xyz")]
+    for figure in figures:
+        data, metadata = figure._repr_mimebundle_()
+        assert data["text/html"].startswith('<figure class="explorable"')
+        assert base64.b64decode(data["image/png"]).startswith(b"\x89PNG\r\n\x1a\n")
+        assert len(metadata[ex.METADATA_KEY]["alt"]) > 80
+        table = _data(figure)
+        assert table["default"] in table["states"]
+        # Every key is one value per control, in the order the script joins them.
+        assert all(len(key.split("|")) == len(table["order"]) for key in table["states"])
+    assert len(_data(figures[0])["states"]) == len(ex.temperature_taus()) == 41
+    assert len(_data(figures[1])["states"]) == 2 * 2 * 2 * 3 * 4
+
+
+def test_temperature_states_are_the_softmax_of_the_row_over_tau(ex):
+    table = _data(ex.temperature_slider())
+    q, k, _ = ex.temperature_row()
+    raw = (q @ k.T)[0]
+    taus = ex.temperature_taus()
+    assert table["default"] == str(int(np.flatnonzero(taus == 8.0)[0]))  # sqrt(d_k) for d_k = 64
+    for index, tau in enumerate(taus):
+        state = table["states"][str(index)]
+        weights = ar.softmax(raw / tau)
+        assert [row[2][0] for row in state["grids"]["row"]] == _formatted(weights)[0]
+        assert [bar[1] for bar in state["bars"]["weights"]] == _formatted(weights)[0]
+        entropy = -np.sum(weights[weights > 0] * np.log(weights[weights > 0]))
+        assert state["text"]["entropy"] == f"{entropy:.2f}"
+    ends = [ar.softmax(raw / taus[0]).max(), ar.softmax(raw / taus[-1]).max()]
+    assert ends[0] > 0.99 and ends[1] < 1 / 8 + 0.02  # one-hot at one end, uniform at the other
+
+
+def test_mask_states_are_the_masks_and_weights_of_each_setting(ex):
+    table = _data(ex.mask_inspector())
+    settings = itertools.product((6, 3), (1, 0), ex.ALIGNMENTS, ex.MASK_WINDOWS, ex.MASK_LENGTHS)
+    blind = 0
+    for n_queries, causal, alignment, window, length in settings:
+        state = table["states"][f"{n_queries}|{causal}|{alignment}|{window}|{length}"]
+        additive, weights, allowed = _expected_masks(ex, n_queries, causal, alignment, window, length)
+        assert _texts(state["grids"]["additive"]) == additive
+        assert _texts(state["grids"]["weights"]) == weights
+        for i, row in enumerate(allowed):
+            assert state["text"][f"sees{i}"].endswith("sees no key: its weights and output are all zero.") == (
+                not row.any())
+        blind += int(not allowed.any(axis=1).all())
+    assert blind > 0  # some setting shows a fully masked row
+
+
+def test_padding_states_add_the_mask_and_multiply_it(ex):
+    table = _data(ex.padding_batch())
+    q, k, _, mask = ex.padding_problem()
+    scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    added = ar.softmax(np.where(mask, scores, -np.inf))
+    multiplied = ar.softmax(scores * mask)
+    for b in range(2):
+        state = table["states"][str(b)]
+        assert _texts(state["grids"]["added"]) == _formatted(added[b])
+        assert _texts(state["grids"]["multiplied"]) == _formatted(multiplied[b])
+    n = len(ex.BATCH[1])
+    assert np.all(added[1][:, n:] == 0) and np.all(multiplied[1][:, n:] > 0.05)  # what the figure is for
+
+
+def test_heatmap_states_are_each_querys_weights_and_output(ex, rng):
+    q, k, v = rng.standard_normal((3, 4)), rng.standard_normal((5, 4)), rng.standard_normal((5, 2))
+    table = _data(ex.attention_heatmap(q, k, v, ["a", "b", "c"], list("vwxyz"), scale=0.7))
+    weights = ar.softmax(q @ k.T * 0.7)
+    for i in range(3):
+        state = table["states"][str(i)]
+        assert _texts(state["grids"]["heatmap"]) == _formatted(weights)
+        assert [bar[1] for bar in state["bars"]["row"]] == _formatted(weights[i])[0]
+        assert state["text"]["output"] == "(" + ", ".join(f"{x:.2f}" for x in weights[i] @ v) + ")"
+    assert table["inputs"] == {"q": q.tolist(), "k": k.tolist(), "v": v.tolist(), "scale": 0.7}
+
+
+def test_the_json_cannot_close_its_script_element(ex):
+    assert ex._json({"a": "</script><script>alert(1)</script>"}).count("</") == 0
+
+
+def test_a_downloaded_notebook_shows_the_still_image_instead_of_the_cell(ex):
+    bundle, metadata = ex.padding_batch()._repr_mimebundle_()
+    cell = {"cell_type": "code", "id": "x", "metadata": {"tags": ["remove-input", "explorable"]},
+            "source": "from explorables import padding_batch\npadding_batch()",
+            "outputs": [{"output_type": "execute_result", "data": bundle, "metadata": metadata}]}
+    other = {"cell_type": "code", "id": "y", "metadata": {}, "source": "1", "outputs": []}
+    notebook = ex.still_figures({"cells": [cell, other]})
+    still, kept = notebook["cells"]
+    assert kept is other
+    assert still["cell_type"] == "markdown" and "import" not in still["source"]
+    alt = metadata[ex.METADATA_KEY]["alt"].replace("[", "(").replace("]", ")")
+    assert still["source"] == f"![{alt}](data:image/png;base64,{bundle['image/png']})"
+    with pytest.raises(ValueError, match="no still image"):
+        ex.still_figures({"cells": [{**cell, "outputs": []}]})
+
+
+def test_the_script_computes_nothing():
+    script = (ROOT / "docs" / "_static" / "explorables.js").read_text()
+    assert "Math." not in script and "exp(" not in script
+
+
+# -- In the built book ---------------------------------------------------------------------------------------
+
+_SHOWN = """figure => ({
+  grids: Object.fromEntries([...figure.querySelectorAll('[data-grid]')].map(t => [t.dataset.grid,
+    [...t.querySelectorAll('tbody tr')].filter(tr => !tr.hidden)
+      .map(tr => [...tr.querySelectorAll('td')].map(td => td.textContent))])),
+  bars: Object.fromEntries([...figure.querySelectorAll('[data-bars]')].map(l => [l.dataset.bars,
+    [...l.querySelectorAll('.ex-bar-value')].map(s => s.textContent)])),
+  slots: Object.fromEntries([...figure.querySelectorAll('[data-slot]')].map(s => [s.dataset.slot,
+    s.closest('[hidden]') ? null : s.textContent])),
+})"""
+
+
+@pytest.fixture
+def chapter_page(request):
+    """Open a chapter of the built book in a fresh light-mode tab (test_site's ``visit``): ``Visit`` record."""
+    opener = request.getfixturevalue("visit")
+
+    def open_chapter(chapter):
+        if not (SITE / chapter).is_file():
+            _missing(f"the built book ({SITE / chapter}; run `make docs`)")
+        return opener(chapter)
+
+    return open_chapter
+
+
+def _shown(figure):
+    return figure.evaluate(_SHOWN)
+
+
+@pytest.mark.browser
+def test_temperature_slider_in_the_page(ex, chapter_page):
+    seen = chapter_page("chapters/04_scaling.html")
+    figure = seen.page.locator("#explorable-temperature")
+    slider = figure.get_by_label("Temperature \u03c4")
+    q, k, _ = ex.temperature_row()
+    raw = (q @ k.T)[0]
+    taus = ex.temperature_taus()
+    assert slider.input_value() == "20"  # tau = sqrt(64) = 8
+    slider.focus()
+    for key, index in [("ArrowRight", 21), ("ArrowLeft", 20), ("Home", 0), ("End", 40)]:
+        seen.page.keyboard.press(key)
+        assert slider.input_value() == str(index)
+        shown = _shown(figure)
+        weights = ar.softmax(raw / taus[index])
+        assert [row[2] for row in shown["grids"]["row"]] == _formatted(weights)[0]
+        assert shown["bars"]["weights"] == _formatted(weights)[0]
+        assert f"{taus[index]:.3g}" in slider.get_attribute("aria-valuetext")
+        assert shown["slots"]["status"].startswith(slider.get_attribute("aria-valuetext"))
+    for index in range(0, 41, 5):  # a drag: every fifth position
+        slider.fill(str(index))
+        weights = ar.softmax(raw / taus[index])
+        assert [row[2] for row in _shown(figure)["grids"]["row"]] == _formatted(weights)[0]
+    assert figure.get_attribute("class") == "explorable ex-ready"
+    assert seen.errors == [] and seen.foreign == []
+
+
+@pytest.mark.browser
+def test_mask_inspector_in_the_page(ex, chapter_page):
+    seen = chapter_page("chapters/05_masks.html")
+    page = seen.page
+    figure = page.locator("#explorable-masks")
+    queries, causal = figure.get_by_label("Queries"), figure.get_by_label("Causal", exact=True)
+    alignment, window, length = (figure.get_by_label(name) for name in ("Causal alignment", "Window (w, w)",
+                                                                         "Real keys"))
+    statuses = set()
+    for n_queries, is_causal, align, w, n in itertools.product((6, 3), (1, 0), ex.ALIGNMENTS, ex.MASK_WINDOWS,
+                                                               ex.MASK_LENGTHS):
+        queries.select_option(str(n_queries))
+        causal.set_checked(bool(is_causal))
+        alignment.select_option(align)
+        window.select_option(w)
+        length.select_option(str(n))
+        shown = _shown(figure)
+        additive, weights, allowed = _expected_masks(ex, n_queries, is_causal, align, w, n)
+        assert shown["grids"]["additive"] == additive, (n_queries, is_causal, align, w, n)
+        assert shown["grids"]["weights"] == weights, (n_queries, is_causal, align, w, n)
+        keys = [t if j < n else "[pad]" for j, t in enumerate(ex.MASK_TOKENS)]
+        for i, row in enumerate(allowed):
+            seen_keys = [keys[j] for j in np.flatnonzero(row)]
+            tail = ", ".join(seen_keys) + "." if seen_keys else "no key: its weights and output are all zero."
+            assert shown["slots"][f"sees{i}"].endswith(tail)
+        assert [shown["slots"][f"sees{i}"] for i in range(n_queries, 6)] == [None] * (6 - n_queries)
+        statuses.add(shown["slots"]["status"])
+    assert len(statuses) > 48  # each change announced (settings that differ only in alignment at L = S may agree)
+    # From the keyboard: Tab to the checkbox, Space toggles it.
+    causal.focus()
+    page.keyboard.press("Space")
+    assert causal.is_checked()
+    assert _shown(figure)["slots"]["status"].startswith("L = 3, S = 6, causal on (bottom-right)")
+    assert seen.errors == []
+
+
+@pytest.mark.browser
+def test_padding_batch_in_the_page(ex, chapter_page):
+    seen = chapter_page("chapters/05_masks.html")
+    figure = seen.page.locator("#explorable-padding")
+    q, k, _, mask = ex.padding_problem()
+    scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    for b in (0, 1):  # the default is sentence 2 (index 1): a change each time
+        figure.get_by_label("Sentence").select_option(str(b))
+        shown = _shown(figure)
+        assert shown["grids"]["added"] == _formatted(ar.softmax(np.where(mask[b], scores[b], -np.inf)))
+        assert shown["grids"]["multiplied"] == _formatted(ar.softmax(scores[b] * mask[b]))
+        assert shown["slots"]["status"].startswith(f"Sentence {b + 1},")
+
+
+@pytest.mark.browser
+def test_heatmap_in_the_page_by_pointer_and_keyboard(chapter_page):
+    seen = chapter_page("chapters/01_queries_keys_values.html")
+    page = seen.page
+    figure = page.locator("#explorable-heatmap")
+    inputs = json.loads(figure.locator("script.ex-data").text_content())["inputs"]
+    q, k, v = (np.array(inputs[name]) for name in "qkv")
+    out, weights = ar.scaled_dot_product_attention(q, k, v, scale=inputs["scale"], return_weights=True)
+    rows = figure.locator("tbody tr")
+    assert rows.count() == len(q) >= 2
+
+    def check(i):
+        shown = _shown(figure)
+        assert shown["grids"]["heatmap"] == _formatted(weights)
+        assert shown["bars"]["row"] == _formatted(weights[i])[0]
+        assert shown["slots"]["output"] == "(" + ", ".join(f"{x:.2f}" for x in out[i]) + ")"
+        pressed = [b.get_attribute("aria-pressed") for b in figure.locator("button.ex-row").all()]
+        assert pressed == ["true" if j == i else "false" for j in range(len(q))]
+
+    check(0)
+    for i in reversed(range(len(q))):  # pointing at a row
+        rows.nth(i).hover()
+        check(i)
+        assert _shown(figure)["slots"]["status"].startswith(figure.locator("button.ex-row").nth(i).text_content())
+    figure.locator("button.ex-row").first.focus()  # the keyboard: Tab from one query to the next
+    check(0)
+    for i in range(1, len(q)):
+        page.keyboard.press("Tab")
+        check(i)
+    assert seen.errors == []
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("chapter", ["chapters/01_queries_keys_values.html", "chapters/04_scaling.html",
+                                     "chapters/05_masks.html"])
+def test_explorables_in_both_colour_modes_have_no_axe_violation(chapter_page, chapter):
+    require("axe_playwright_python")
+    seen = chapter_page(chapter)
+    page = seen.page
+    figures = page.locator("figure.explorable")
+    assert figures.count() >= 1
+    # Change every figure from its default state first (hidden rows, masked cells, a pressed row).
+    for control in page.locator("figure.explorable select").all():
+        options = control.locator("option").all()
+        control.select_option(options[-1].get_attribute("value"))
+    for control in page.locator("figure.explorable input[type=range]").all():
+        control.fill("3")
+    for button in page.locator("figure.explorable button.ex-row").all()[-1:]:
+        button.focus()
+    # (before axe, whose own fetches of style sheets may log 404s, as in test_site)
+    assert seen.errors == [] and seen.foreign == [] and seen.bad_responses == []
+    for mode, violations in _axe_in_each_mode(seen).items():
+        assert violations == [], f"{chapter} ({mode}): " + "\n".join(report for _, report in violations)
+    colours = {}
+    for mode in ("light", "dark"):
+        assert _switch_mode(page, mode) == mode
+        colours[mode] = figures.first.evaluate("f => getComputedStyle(f).backgroundColor")
+    assert colours["light"] != colours["dark"], "the figures do not follow the colour mode"
