@@ -10,11 +10,13 @@ at another build), each with a self-test that breaks a copy of a real page and s
   literal with two or more digits or a decimal point, and any digit from 2 up standing right after a
   relation: ``d_k = 8``, ``2^{-24}``, ``L = S = 65,536``; a bare ``0`` or ``1`` and exponents such as
   ``n^2`` are notation). Spelled-out numbers from "four" up ("five decades", "hundreds of") count too, and
-  so do "twice", "thrice" and "half" as a quantity ("half the memory"; not "half precision"); "two" and
-  "three" are left out because English uses them for things that are not quantities ("the two faces").
-  Ordinals written with digits ("the 7th digit") count, and so does inline code in the prose (not code
-  cells) when it holds a literal beyond notation, as in math: two or more digits, a decimal point or an
-  exponent (``atol=1e-5``, ``(2, 16, 64)``; ``axis=-1`` and ``float16`` are notation and names).
+  so do "twice" and "thrice"; "two", "three" and "half" are left out because English uses them for things
+  that are not quantities ("the two faces", "half precision", "each half of the row"). Ordinals written with
+  digits ("the 7th digit") count, and so does inline code in the prose (not code cells) when it holds a
+  literal beyond notation, as in math: two or more digits, a decimal point or an exponent (``atol=1e-5``,
+  ``(2, 16, 64)``, ``10 * eps``). Notation and names are not counted: ``axis=-1``, ``float16``, the values
+  zero and one (``scale=0.0``), an exponent (``** -0.5``), and a span that is one literal and nothing else
+  outside a table, which names a constant the prose talks about (``-1e9``); in a table cell it counts.
   The API reference pages are left out: their numbers are in docstrings, whose examples run as doctests.
 * **No raw TeX where math is not typeset**: the browser title, link texts, the sidebar and previous/next
   links, the search index's titles, and the names of the downloadable notebooks.
@@ -57,11 +59,12 @@ _NUMBER_WORD = re.compile(
 _MATH_LITERAL = re.compile(r"(?<![A-Za-z\\])\d+(?:,\d{3})*(?:\.\d+)?")
 # An ordinal written with digits: "7th", "21st", "2nd".
 _ORDINAL = re.compile(r"(?<![\w.])\d+(?:st|nd|rd|th)\b")
-# Words for a multiple or a fraction: a quantity, unless "half" names a format or an interval.
-_MULTIPLE_WORD = re.compile(r"\b(twice|thrice|halve[sd]?|halving|half)\b(?![- ](?:precision|open|closed))",
-                            re.IGNORECASE)
+# Words for a multiple.
+_MULTIPLE_WORD = re.compile(r"\b(twice|thrice)\b", re.IGNORECASE)
 # A literal in inline code: a number not inside a name (float16, x2), with its decimals and exponent.
 _CODE_LITERAL = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w.])")
+_CODE_EXPONENT = re.compile(r"(?:\*\*|\^)\s*-?\s*$")  # what precedes an exponent: "** -0.5"
+_ONE_LITERAL = re.compile(r"^[-+−]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?$")
 _RELATION = re.compile(r"(?:=|\\approx|<|>|\\le|\\ge|\\leq|\\geq|\\lt|\\gt|\\sim|\\ne|\\neq)\s*[-−]?\s*$")
 # Numbering that refers to the book's own structure, typed or linked.
 _NUMBERING = re.compile(r"\b(?:Exercises?|Chapters?|Sections?|Figures?|Fig\.|Tables?|Equations?|Eq\.)\s+\d+(?:\.\d+)*")
@@ -142,9 +145,13 @@ def prose_numbers(html):
     # Inline code left in the prose: literals beyond notation (as in math below), then out of the text.
     for code in article.select("code"):
         snippet = " ".join(code.get_text().split())
+        if _ONE_LITERAL.match(snippet) and not code.find_parent(["td", "th"]):
+            code.replace_with(" ")  # the name of a constant, as ``-1e9``
+            continue
         for match in _CODE_LITERAL.finditer(snippet):
             literal = match.group()
-            if len(re.sub(r"\D", "", literal)) > 1 or "." in literal or "e" in literal.lower():
+            beyond = len(re.sub(r"\D", "", literal)) > 1 or "." in literal or "e" in literal.lower()
+            if beyond and float(literal) not in (0.0, 1.0) and not _CODE_EXPONENT.search(snippet[: match.start()]):
                 found.append(Number(literal, snippet))
         code.replace_with(" ")
     for element in article.select(
@@ -357,16 +364,19 @@ def test_selftest_a_typed_number_is_caught():
     for typed, number in [
         ("It agrees to the 7th significant digit.", "7th"),
         ("The cache takes twice the memory.", "twice"),
-        ("Half the keys are masked.", "Half"),
         ("Use <code>atol=1e-5</code> for float32.", "1e-5"),
         ("The tolerance is <code>0.002</code> here.", "0.002"),
         ("A shape of <code>(2, 16, 64)</code>.", "64"),
+        ("<table><tr><td><code>2e-3</code></td></tr></table>", "2e-3"),
     ]:
         found = [f.number for f in prose_numbers(html.replace("</article>", f"<p>{typed}</p></article>", 1))]
         assert found.count(number) > [f.number for f in prose_numbers(html)].count(number), typed
     # ... and what stays notation or a name: half precision, an axis, a dtype.
     names = html.replace(
-        "</article>", "<p>In half precision, <code>axis=-1</code> of a <code>float16</code> array.</p></article>", 1
+        "</article>",
+        "<p>In half precision, <code>axis=-1</code> of a <code>float16</code> array, <code>scale=0.0</code>,"
+        " <code>d ** -0.5</code>, a constant <code>-1e9</code>.</p></article>",
+        1,
     )
     assert prose_numbers(names) == prose_numbers(html)
     # What is not prose stays out: a glued value, a code cell, notation, numbering.
