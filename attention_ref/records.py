@@ -149,9 +149,12 @@ class FrameworkRecord:
 
     def note(self) -> str:
         """How the results were obtained, to complete "The ... results on this page ...": live or recorded."""
-        if self.live:
-            return f"ran live in this build of the book, with {self.frameworks()}"
         them = "them" if len(self.needs) > 1 else "it"
+        if self.live:
+            # True in the book and in a notebook downloaded from it, which may later run where a framework is
+            # missing: the note describes the run that made the page, not the reader's.
+            return (f"ran live when this page was made, with {self.frameworks()}; a run without {them} "
+                    "takes the recorded results instead")
         return f"are recorded: computed with {self.frameworks()} on a machine that had {them}"
 
     def save_if_requested(self, environ: Mapping[str, str] = os.environ) -> Path | None:

@@ -42,13 +42,13 @@ extensions = [
     "live_code",  # "Live code" button: cells run on make serve's kernel or Binder; launch menu when the repo is known
     "reading_time",  # each page's reading time under its title; the reading paths' totals on the landing page
     "explorables",  # figures to play with on the static page: every state computed at build time, shown by a script
+    "dropdowns",  # admonitions with the dropdown class ("Going deeper") fold as <details>, with no script
 ]
 
 exclude_patterns = ["_build", "_ext", "**.ipynb_checkpoints", "jupyter_execute", "_inventories", "_templates"]
 templates_path = ["_templates"]
 nitpicky = True
 nitpick_ignore: list[tuple[str, str]] = []  # kept empty on purpose: prefer numpydoc_xref_aliases below
-
 # -- MyST / MyST-NB ------------------------------------------------------------
 
 myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "deflist", "substitution"]

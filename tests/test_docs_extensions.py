@@ -150,3 +150,28 @@ def test_an_embedded_record_with_nan_is_valid_python(ext, tmp_path, monkeypatch)
     values = namespace["RECORD"]["cases"]["empty_row"]
     assert math.isnan(values["torch.softmax"][0]) and values["torch.softmax"][1] == math.inf
     assert values["note"] == "nan"
+
+
+def test_dropdown_admonitions_fold_in_html_only(ext):
+    from docutils import nodes
+
+    dropdowns = ext("dropdowns")
+
+    def page():
+        doctree = nodes.document(None, None)
+        folded = nodes.admonition("", nodes.title("", "Going deeper: a & b"), nodes.paragraph("", "inside"),
+                                  classes=["dropdown"], ids=["deeper"])
+        doctree += [folded, nodes.admonition("", nodes.title("", "Exercise"), nodes.paragraph("", "open"))]
+        return doctree
+
+    html = types.SimpleNamespace(builder=types.SimpleNamespace(format="html"))
+    doctree = page()
+    dropdowns.fold_dropdowns(html, doctree, "page")
+    folded = list(doctree.findall(dropdowns.folded))
+    assert len(folded) == 1 and folded[0]["summary"] == "Going deeper: a & b" and folded[0]["ids"] == ["deeper"]
+    assert [child.astext() for child in folded[0].children] == ["inside"]  # the title is the summary now
+    assert len(list(doctree.findall(nodes.admonition))) == 1  # the one without the class stays open
+    latex = types.SimpleNamespace(builder=types.SimpleNamespace(format="latex"))
+    doctree = page()
+    dropdowns.fold_dropdowns(latex, doctree, "page")
+    assert list(doctree.findall(dropdowns.folded)) == []

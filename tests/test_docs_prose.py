@@ -9,8 +9,14 @@ at another build), each with a self-test that breaks a copy of a real page and s
   it includes captions, admonitions, tables, figure alt text, and math that is more than notation (any
   literal with two or more digits or a decimal point, and any digit from 2 up standing right after a
   relation: ``d_k = 8``, ``2^{-24}``, ``L = S = 65,536``; a bare ``0`` or ``1`` and exponents such as
-  ``n^2`` are notation). Spelled-out numbers from "four" up ("five decades", "hundreds of") count too; "two"
-  and "three" are left out because English uses them for things that are not quantities ("the two faces").
+  ``n^2`` are notation). Spelled-out numbers from "four" up ("five decades", "hundreds of") count too, and
+  so do "twice" and "thrice"; "two", "three" and "half" are left out because English uses them for things
+  that are not quantities ("the two faces", "half precision", "each half of the row"). Ordinals written with
+  digits ("the 7th digit") count, and so does inline code in the prose (not code cells) when it holds a
+  literal beyond notation, as in math: two or more digits, a decimal point or an exponent (``atol=1e-5``,
+  ``(2, 16, 64)``, ``10 * eps``). Notation and names are not counted: ``axis=-1``, ``float16``, the values
+  zero and one (``scale=0.0``), an exponent (``** -0.5``), and a span that is one literal and nothing else
+  outside a table, which names a constant the prose talks about (``-1e9``); in a table cell it counts.
   The API reference pages are left out: their numbers are in docstrings, whose examples run as doctests.
 * **No raw TeX where math is not typeset**: the browser title, link texts, the sidebar and previous/next
   links, the search index's titles, and the names of the downloadable notebooks.
@@ -51,6 +57,14 @@ _NUMBER_WORD = re.compile(
     re.IGNORECASE,
 )
 _MATH_LITERAL = re.compile(r"(?<![A-Za-z\\])\d+(?:,\d{3})*(?:\.\d+)?")
+# An ordinal written with digits: "7th", "21st", "2nd".
+_ORDINAL = re.compile(r"(?<![\w.])\d+(?:st|nd|rd|th)\b")
+# Words for a multiple.
+_MULTIPLE_WORD = re.compile(r"\b(twice|thrice)\b", re.IGNORECASE)
+# A literal in inline code: a number not inside a name (float16, x2), with its decimals and exponent.
+_CODE_LITERAL = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w.])")
+_CODE_EXPONENT = re.compile(r"(?:\*\*|\^)\s*-?\s*$")  # what precedes an exponent: "** -0.5"
+_ONE_LITERAL = re.compile(r"^[-+−]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?$")
 _RELATION = re.compile(r"(?:=|\\approx|<|>|\\le|\\ge|\\leq|\\geq|\\lt|\\gt|\\sim|\\ne|\\neq)\s*[-−]?\s*$")
 # Numbering that refers to the book's own structure, typed or linked.
 _NUMBERING = re.compile(r"\b(?:Exercises?|Chapters?|Sections?|Figures?|Fig\.|Tables?|Equations?|Eq\.)\s+\d+(?:\.\d+)*")
@@ -125,15 +139,28 @@ def prose_numbers(html):
     """Every number in a page's prose that did not come from a glue, as `Number` records, in page order."""
     soup = _soup(html, article_only=True)
     article = soup.select_one("article.bd-article") or soup.body or soup
+    for element in article.select("div.cell, div.output, pre, span.pasted-text, span.pasted-inline, div.pasted-inline"):
+        element.decompose()
+    found = []
+    # Inline code left in the prose: literals beyond notation (as in math below), then out of the text.
+    for code in article.select("code"):
+        snippet = " ".join(code.get_text().split())
+        if _ONE_LITERAL.match(snippet) and not code.find_parent(["td", "th"]):
+            code.replace_with(" ")  # the name of a constant, as ``-1e9``
+            continue
+        for match in _CODE_LITERAL.finditer(snippet):
+            literal = match.group()
+            beyond = len(re.sub(r"\D", "", literal)) > 1 or "." in literal or "e" in literal.lower()
+            if beyond and float(literal) not in (0.0, 1.0) and not _CODE_EXPONENT.search(snippet[: match.start()]):
+                found.append(Number(literal, snippet))
+        code.replace_with(" ")
     for element in article.select(
-        "div.cell, div.output, pre, code, span.pasted-text, span.pasted-inline, div.pasted-inline, "
         "span.section-number, span.caption-number, a.headerlink, span.eqno, div.toctree-wrapper, "
         ".reading-time, .reading-paths, "  # computed by docs/_ext/reading_time.py, as a glue is
         'a[href*="references.html#"]'
     ):
         element.decompose()
-    found = []
-    # Math first (and out of the text): TeX literals beyond notation.
+    # Math (and out of the text): TeX literals beyond notation.
     for math in article.select("span.math, div.math"):
         tex = " ".join(math.get_text().split())
         for match in _MATH_LITERAL.finditer(tex):
@@ -152,7 +179,8 @@ def prose_numbers(html):
         img.replace_with(f" {img['alt']}. ")
     text = " ".join(article.get_text(" ").split())
     text = _NUMBERING.sub(" ", text)
-    hits = [*_PROSE_NUMBER.finditer(text), *_NUMBER_WORD.finditer(text)]
+    hits = [*_PROSE_NUMBER.finditer(text), *_NUMBER_WORD.finditer(text), *_ORDINAL.finditer(text),
+            *_MULTIPLE_WORD.finditer(text)]
     for match in sorted(hits, key=lambda m: m.start()):
         found.append(Number(match.group(), _sentence(text, match.start(), match.end())))
     return found
@@ -285,6 +313,30 @@ def test_every_figure_has_its_own_alt_text():
     assert alt_text_problems(images) == []
 
 
+# -- Exercise labels ---------------------------------------------------------------------------------------------
+
+
+def exercise_labels(sources):
+    """{label: [page, ...]} of the exercises in `sources` ({page: MyST text}), e.g. {"4.1": ["chapters/04_scaling"]}."""
+    found = {}
+    for page, text in sources.items():
+        for label in re.findall(r"^:::+\{admonition\} Exercise (\S+)\s*$", text, re.MULTILINE):
+            found.setdefault(label, []).append(page)
+    return found
+
+
+def test_every_exercise_label_names_one_exercise():
+    docs = ROOT / "docs"
+    sources = {path.relative_to(docs).with_suffix("").as_posix(): path.read_text(encoding="utf-8")
+               for path in docs.rglob("*.md") if "_build" not in path.parts}
+    labels = exercise_labels(sources)
+    assert len(labels) >= 40, sorted(labels)
+    assert {label: pages for label, pages in labels.items() if len(pages) > 1} == {}
+    # ... and the check can fail: a second page reusing a label.
+    doubled = exercise_labels({**sources, "copy": ":::{admonition} Exercise 4.1\nAgain.\n:::\n"})
+    assert doubled["4.1"] == ["chapters/04_scaling", "copy"]
+
+
 # -- The checks can fail: each one on a deliberately broken copy of a real page ---------------------------------
 
 
@@ -308,6 +360,25 @@ def test_selftest_a_typed_number_is_caught():
     assert any(found.number == "1024" and "d_k = 1024" in found.context for found in prose_numbers(in_math))
     spelled = html.replace("</article>", "<p>It fell over five decades.</p></article>", 1)
     assert "five" in [found.number for found in prose_numbers(spelled)]
+    # The gaps closed: ordinals, multiples, and literals in inline code.
+    for typed, number in [
+        ("It agrees to the 7th significant digit.", "7th"),
+        ("The cache takes twice the memory.", "twice"),
+        ("Use <code>atol=1e-5</code> for float32.", "1e-5"),
+        ("The tolerance is <code>atol=0.002</code> here.", "0.002"),
+        ("A shape of <code>(2, 16, 64)</code>.", "64"),
+        ("<table><tr><td><code>2e-3</code></td></tr></table>", "2e-3"),
+    ]:
+        found = [f.number for f in prose_numbers(html.replace("</article>", f"<p>{typed}</p></article>", 1))]
+        assert found.count(number) > [f.number for f in prose_numbers(html)].count(number), typed
+    # ... and what stays notation or a name: half precision, an axis, a dtype.
+    names = html.replace(
+        "</article>",
+        "<p>In half precision, <code>axis=-1</code> of a <code>float16</code> array, <code>scale=0.0</code>,"
+        " <code>d ** -0.5</code>, a constant <code>-1e9</code>.</p></article>",
+        1,
+    )
+    assert prose_numbers(names) == prose_numbers(html)
     # What is not prose stays out: a glued value, a code cell, notation, numbering.
     fine = html.replace(
         "</article>",

@@ -28,7 +28,8 @@ def test_installed_framework_runs_live_and_names_its_version():
     record = FrameworkRecord("page", {}, needs=("numpy",))     # no section needed when live
     assert record.live and record.versions["numpy"] == np.__version__ and "attention_ref" in record.versions
     assert record.take("sum", lambda: {"total": 1.0 + 2.0}) == {"total": 3.0}
-    assert record.note() == f"ran live in this build of the book, with numpy {np.__version__}"
+    assert record.note() == (f"ran live when this page was made, with numpy {np.__version__}; a run without it "
+                             "takes the recorded results instead")
 
 
 def test_an_installed_framework_older_than_at_least_means_recorded():

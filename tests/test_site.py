@@ -642,3 +642,87 @@ def test_chapter_offers_its_notebook(tab, site, chapter):
     assert code and all(cell.execution_count for cell in code), "the notebook is not the executed one"
     assert any(cell.outputs for cell in code)
     assert json.loads(response.text())["metadata"]["kernelspec"]["name"] == "python3"
+
+
+# -- What the screen shows at 1280 px ---------------------------------------------------------------------------
+
+# The pages a newcomer reads (Part I, with "Start here" and the landing page) and the reference pages beside them,
+# plus the frameworks page (the widest code of Part II). At the tab's 1280 px a code block holds 77 characters.
+SCREEN_PAGES = [
+    "index.html", "symbols.html", "notation.html", "faq.html", "glossary.html", "chapters/frameworks.html",
+    *(f"chapters/{name}.html" for name in (
+        "big_picture", "01_queries_keys_values", "worked_example", "02_dot_products", "03_softmax", "04_scaling",
+        "05_masks", "06_causal_decoding", "07_multihead", "08_positions", "where_attention_sits",
+        "attention_learns",
+    )),
+]
+
+# What a reader sees on the page as it is now: build bookkeeping in shown code (glue calls), shown code lines
+# wider than their block, display equations wider than the column, and search boxes on screen.
+_SCREEN_MEASURES = """() => {
+  // Shown: rendered and not inside a closed <details> (Chromium hides its content with content-visibility).
+  const shown = e => e.checkVisibility({contentVisibilityAuto: true, visibilityProperty: true});
+  const canvas = document.createElement('canvas').getContext('2d');
+  const fits = pre => {  // how many characters of the block's monospace font fit on one line of it
+    const style = getComputedStyle(pre);
+    canvas.font = style.font;
+    const room = pre.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
+    return Math.floor(room / (canvas.measureText('x'.repeat(100)).width / 100));
+  };
+  const code = [...document.querySelectorAll('div.cell_input pre')].filter(shown);
+  const glue = [], wide = [];
+  for (const pre of code) {
+    const chars = fits(pre);
+    for (const line of pre.textContent.split('\\n')) {
+      if (/^\\s*glue\\(|\\bimport glue\\b/.test(line)) glue.push(line.trim());
+      if ([...line].length > chars) wide.push(line);
+    }
+    if (pre.scrollWidth > pre.clientWidth + 1 && !wide.length) wide.push('(a block scrolls sideways)');
+  }
+  const right = document.querySelector('article.bd-article').getBoundingClientRect().right;
+  const equations = [...document.querySelectorAll('mjx-container[display="true"]')].filter(shown).filter(c => {
+    const box = (c.querySelector('mjx-math') || c).getBoundingClientRect();
+    return box.right > right + 1 || box.width > c.getBoundingClientRect().width + 1;
+  }).map(c => (c.closest('.math')?.textContent || '').trim().slice(0, 80));
+  const search = [...document.querySelectorAll(
+    'input[type="search"], .search-button-field, button.search-button, form.bd-search')].filter(shown);
+  return {glue, wide, equations, search: search.length, charsPerLine: code.length ? fits(code[0]) : null};
+}"""
+
+
+def screen_measures(page):
+    """The screen measures of the page open in `page` (a Playwright page)."""
+    return page.evaluate(_SCREEN_MEASURES)
+
+
+@pytest.mark.parametrize("page_path", SCREEN_PAGES)
+def test_the_screen_shows_fitted_code_and_math_and_one_search_box(tab, site, page_path):
+    if not (SITE / page_path).is_file():
+        _missing(f"{page_path} in the built book")
+    seen = tab.open(urljoin(site, page_path))
+    measures = screen_measures(seen.page)
+    assert measures["glue"] == [], f"build bookkeeping in shown code: {measures['glue']}"
+    wide = measures["wide"]
+    assert wide == [], f"{len(wide)} shown code lines wider than their block: {wide}"
+    assert measures["equations"] == [], f"display equations wider than the column: {measures['equations']}"
+    assert measures["search"] == 1, f"{measures['search']} search boxes on screen"
+
+
+def test_selftest_the_screen_measures_see_each_problem(tab, site):
+    seen = tab.open(urljoin(site, "chapters/04_scaling.html"))
+    page = seen.page
+    before = screen_measures(page)
+    assert before["charsPerLine"] and 70 <= before["charsPerLine"] <= 90, before["charsPerLine"]
+    page.evaluate("""() => {
+      const pre = document.querySelector('div.cell_input pre');
+      pre.textContent += '\\nglue("x", 1, display=False)\\n' + 'y = ' + '1 + '.repeat(40) + '1';
+      const math = document.querySelector('mjx-container[display="true"] mjx-math');
+      math.style.display = 'inline-block'; math.style.width = '3000px';
+      const box = document.querySelector('.search-button-field');
+      box.parentElement.append(box.cloneNode(true));
+    }""")
+    after = screen_measures(page)
+    assert after["glue"] == [*before["glue"], 'glue("x", 1, display=False)']
+    assert len(after["wide"]) == len(before["wide"]) + 1
+    assert len(after["equations"]) == len(before["equations"]) + 1
+    assert after["search"] == before["search"] + 1

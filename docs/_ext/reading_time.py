@@ -11,6 +11,8 @@ The rule (stated once, here, and in the line each page shows):
   fenced code (code cells, code blocks, ``literalinclude``, ``toctree``), no display math (``$$`` blocks) and no
   line that holds only inline math; directive options and MyST targets are not words. A role
   (``{glue:text}`name```, ``{ref}`label```) counts as one word, as does a stretch of inline math.
+  What a page folds away is not counted: the body of an admonition with the ``dropdown`` class (a "Going
+  deeper" box, which ``dropdowns`` shows closed); its title is.
 * **Code cells shown on the page** at :data:`SECONDS_PER_CODE_CELL` each. A cell whose source the page hides
   (``hide-cell``, ``hide-input``, ``remove-cell``, ``remove-input``: the exercise solutions, drawing code) is not
   counted: a reader may open it, but need not.
@@ -49,6 +51,8 @@ _INLINE_MATH = re.compile(r"\$[^$]+\$")
 _ONLY_MATH = re.compile(r"^(?:\$[^$]+\$[\s,.;:]*)+$")
 _NOT_TEXT = re.compile(r"^(?::::?|\(.*\)=|:[\w-]+:.*)$")  # a colon fence, a MyST target, a directive option
 _COLON_FENCE = re.compile(r"^\s*:{3,}\{[\w:-]+\}")  # ":::{admonition}" before a title
+_COLON_CLOSE = re.compile(r"^:{3,}$")
+_FOLDED = re.compile(r"^:class:.*\bdropdown\b")  # the option that folds an admonition
 _WORD = re.compile(r"\w\S*")
 
 
@@ -78,6 +82,7 @@ def _split(text):
     prose, shown, in_math = [], 0, False
     fence = is_cell = hidden = None  # the code fence we are in, whether it is a code cell, whether it is hidden
     open_prose = []  # the backtick fences of the prose directives we are in
+    colons = []  # the colon-fenced directives we are in: whether each is folded
     for line in _body(text).splitlines():
         stripped = line.strip()
         if fence is not None:  # inside a code fence: look for its options, then its end
@@ -99,7 +104,20 @@ def _split(text):
         if stripped.startswith("$$"):
             in_math = not in_math if stripped == "$$" or not stripped.endswith("$$") else in_math
             continue
+        if _COLON_FENCE.match(stripped):
+            folded_outside = any(colons)
+            colons.append(False)
+            if folded_outside:
+                continue
+        elif _COLON_CLOSE.match(stripped) and colons:
+            colons.pop()
+            continue
+        elif colons and _FOLDED.match(stripped):
+            colons[-1] = True
+            continue
         if in_math or _NOT_TEXT.match(stripped) or _ONLY_MATH.match(stripped):
+            continue
+        if colons and any(colons):  # inside a folded box (its title, on the opening line, was counted)
             continue
         prose.append(_COLON_FENCE.sub("", line))
     return "\n".join(prose), shown
