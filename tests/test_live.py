@@ -520,6 +520,9 @@ def test_kernels_use_private_ipc_sockets_not_tcp_ports(live):
         assert connection["transport"] == "ipc", connection
         names = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
         sockets = [Path(f"{connection['ip']}-{connection[name]}") for name in names]
+        deadline = time.monotonic() + 60
+        while not all(path.exists() for path in sockets) and time.monotonic() < deadline:
+            time.sleep(0.2)  # the kernel binds them as it starts
         assert all(path.is_socket() and path.parent == live.runtime_dir for path in sockets), sockets
         assert live.run_dir.stat().st_mode & 0o777 == 0o700 and live.runtime_dir.stat().st_mode & 0o777 == 0o700
         ss = shutil.which("ss")
@@ -591,6 +594,8 @@ def _execute(live, code, path="docs/chapters"):
                 raise AssertionError("\n".join(message["content"]["traceback"]))
             elif message["msg_type"] == "status" and message["content"]["execution_state"] == "idle":
                 socket.close()
+                while await asyncio.wait_for(socket.read_message(), 30) is not None:
+                    pass  # the closing handshake done, the socket is closed before the event loop ends
                 return "".join(printed)
 
     try:

@@ -38,8 +38,9 @@ to 127.0.0.1, and no other TCP port:
   nor reads a cookie: jupyter_server's default sets a host-wide login cookie, valid for 30 days, that any other
   port of 127.0.0.1 receives. The token is handed over on standard input and written to no file (the server's
   ``jpserver-*.json`` and ``-open.html`` files are not written). Kernels talk to it over IPC sockets in the
-  private runtime folder, not TCP ports; each starts in the scratch folder's ``KERNEL_FOLDER`` (the client's
-  ``path`` and ``kernel_id`` are ignored), at most ``MAX_KERNELS`` at a time (one more gets 429 and a message
+  private runtime folder, not TCP ports, and are ``_live_kernel.py`` (the one kernel spec), which opens no TCP
+  port either; each starts in the scratch folder's ``KERNEL_FOLDER`` (the client's kernel ``name``, ``path`` and
+  ``kernel_id`` are ignored), at most ``MAX_KERNELS`` at a time (one more gets 429 and a message
   the page shows), and one idle for ``KERNEL_IDLE_SECONDS`` without a page connected is shut down. The scratch
   folder mirrors the repository's layout with copies of the files the chapters read while they run
   (``RUNTIME_FILES``: the figure style, the frameworks record, the benchmark record), so a reader's code writes
@@ -167,8 +168,8 @@ else:
             return False
 
     class LiveKernelManager(AsyncMappingKernelManager):
-        """Kernels started in the server's `kernel_folder` (never the client's ``path`` or ``kernel_id``), at
-        most `max_kernels` at a time."""
+        """Kernels of the default spec started in the server's `kernel_folder` (never the client's ``name``,
+        ``path`` or ``kernel_id``), at most `max_kernels` at a time."""
 
         max_kernels = Integer(MAX_KERNELS, config=True, help="Kernels at a time; one more gets 429.")
         kernel_folder = Unicode(KERNEL_FOLDER, config=True, help="Every kernel's folder, relative to root_dir.")
@@ -180,6 +181,7 @@ else:
                                          "its limit. Close another page that uses Live code, or wait until an "
                                          "unused kernel is shut down, then press Restart kernel.")
             self.starting += 1
+            kwargs["kernel_name"] = self.default_kernel_name  # the one kernel spec (_live_kernel.py)
             try:
                 return await super().start_kernel(path=self.kernel_folder, **kwargs)
             finally:
@@ -442,6 +444,18 @@ def scratch_root(repository: Path, into: Path) -> Path:
     return into
 
 
+def kernel_spec(into: Path) -> Path:
+    """`into`, a Jupyter data folder whose ``kernels/python3`` spec runs ``_live_kernel.py``, which opens no TCP
+    port (ipykernel's own launcher opens one for its subprocesses' output)."""
+    spec = into / "kernels" / "python3"
+    spec.mkdir(parents=True)
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, str(HERE / "_live_kernel.py"), "-f", "{connection_file}"],
+        "display_name": "Python 3 (make serve)", "language": "python", "metadata": {"debugger": False},
+    }))
+    return into
+
+
 class LiveServer:
     """The book at `site` on 127.0.0.1:`port` and a kernel server on 127.0.0.1:`kernel_port` (0: a free port).
 
@@ -482,6 +496,7 @@ class LiveServer:
         env["JUPYTER_NO_CONFIG"] = "1"  # no user or system configuration, so no server extensions
         self.runtime_dir.mkdir(mode=0o700)
         env["JUPYTER_RUNTIME_DIR"] = str(self.runtime_dir)  # connection files, sockets, cookie secret: this run's
+        env["JUPYTER_PATH"] = str(kernel_spec(self.run_dir))  # its kernels/python3 comes first: _live_kernel.py
         scratch = scratch_root(self.root, self.run_dir / "scratch")
         self.process = subprocess.Popen(
             [
