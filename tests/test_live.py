@@ -1082,28 +1082,26 @@ def test_a_server_on_another_loopback_port_replays_the_readers_cookies_in_vain(b
 
 
 @pytest.mark.browser
-def test_a_pages_kernel_is_deleted_when_the_page_goes(browser, live):
+@pytest.mark.parametrize("leave", ["navigate", "close"])
+def test_a_pages_kernel_is_deleted_when_the_page_goes(browser, live, leave):
     """Leaving the page (another page in the tab, or the tab closed) deletes its kernel."""
     seen = Visit(browser, "about:blank", "light")
     try:
         _let_in(seen, live)
-        for leave in ("navigate", "close"):
-            page = seen.page if leave == "navigate" else seen.context.new_page()
-            page.goto(urljoin(live.url, CHAPTER))
-            page.get_by_role("button", name="Live code", exact=True).click()
-            page.wait_for_function("() => ['ready', 'failed'].includes(attentionRefLiveCode.state)", timeout=READY)
-            kernel = page.evaluate("attentionRefLiveCode.kernelId")
-            assert kernel in _kernels(live), page.locator(".live-code-status").inner_text()
-            if leave == "navigate":
-                page.goto(urljoin(live.url, "index.html"))
-            else:
-                page.close(run_before_unload=True)
-            deadline = time.monotonic() + 30
-            while kernel in _kernels(live) and time.monotonic() < deadline:
-                time.sleep(0.2)
-            assert kernel not in _kernels(live), f"the kernel outlived its page ({leave})"
+        seen.open(urljoin(live.url, CHAPTER))
+        status = _press_live_code(seen)
+        kernel = seen.page.evaluate("attentionRefLiveCode.kernelId")
+        assert kernel in _kernels(live), status
+        if leave == "navigate":
+            seen.open(urljoin(live.url, "index.html"))
+        else:
+            seen.page.close(run_before_unload=True)
+        deadline = time.monotonic() + 30
+        while kernel in _kernels(live) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert kernel not in _kernels(live), f"the kernel outlived its page ({leave})"
     finally:
-        _leave(seen)
+        seen.close()
 
 
 @pytest.mark.browser

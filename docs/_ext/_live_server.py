@@ -371,9 +371,9 @@ class BookHandler(StaticHandler):
 
     def send_head(self):
         path = Path(self.translate_path(self.path))
-        site = Path(self.directory).resolve()
-        if not path.resolve().is_relative_to(site):
-            self.send_error(404, "no such page")  # a symbolic link out of the site
+        inside = Path(os.path.abspath(path)).is_relative_to(os.path.abspath(self.directory))
+        if inside and not path.resolve().is_relative_to(Path(self.directory).resolve()):
+            self.send_error(404, "no such page")  # a symbolic link in the site that leads out of it
             return None
         if path.is_dir() and not (path / "index.html").is_file():
             self.send_error(404, "no such page")  # never a directory listing
@@ -506,6 +506,9 @@ class LiveServer:
                 "--ServerApp.port_retries=0",
                 "--ServerApp.open_browser=False",
                 f"--ServerApp.allow_origin={self.origin}",
+                # The same header on error answers too (tornado clears the others), so the page can read why
+                # a request was refused, such as the kernel cap's message.
+                f"--ServerApp.tornado_settings={json.dumps({'headers': {'Access-Control-Allow-Origin': self.origin}})}",
                 f"--ServerApp.root_dir={scratch}",
                 "--ServerApp.terminals_enabled=False",
                 "--ServerApp.identity_provider_class=_live_server.TokenOnlyIdentityProvider",
