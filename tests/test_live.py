@@ -20,6 +20,7 @@ import http.server
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -37,6 +38,7 @@ from test_site import SITE, AxeBesideTheSite, Visit, _axe_in_each_mode, _missing
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTER = "chapters/01_queries_keys_values.html"
 READY = 180_000  # ms: a cold kernel on a busy 2-core machine
+MAX_KERNELS = 4  # the test server's cap on kernels at a time
 
 
 @pytest.fixture(scope="module")
@@ -49,20 +51,29 @@ def live():
         def log_request(self, code="-", size="-"):  # what the server answered, for the tests to see
             answered.append((self.path, int(code), dict(self.headers)))
 
-    with module.LiveServer(SITE, handler=Handler, announce=printed.append) as server:
-        printed.append(server.login_url)  # as `make serve` prints it when it starts
+    with module.LiveServer(SITE, handler=Handler, announce=printed.append, max_kernels=MAX_KERNELS) as server:
         yield server
 
 
-printed: list[str] = []  # the login links the server has printed, newest last
+printed: list[str] = []  # the notices the server has printed for the terminal, newest last
 answered: list[tuple[str, int, dict]] = []  # (target, status, request headers) of each request the server answered
 
 
-def _let_in(seen, live):
-    """Open the newest link the server printed in `seen`'s tab, as the reader does; back on the book's front page."""
-    seen.open(printed[-1])
+def _let_in(seen, live, link=None):
+    """Open a new link (as `make serve` prints on Enter) in `seen`'s tab, as the reader does; back on the book's
+    front page, its tab holding a session."""
+    seen.open(link or live.new_link())
+    assert seen.page.evaluate("attentionRefLiveCode.admitted") is True
     assert seen.page.url == live.url  # the key is gone from the address bar (and from history's last entry)
     assert seen.bad_responses == [], seen.bad_responses
+
+
+def _leave(seen):
+    """Close `seen` as a reader leaves: the page is hidden for good (``pagehide``), then the browser closes."""
+    try:
+        seen.page.goto("about:blank")
+    finally:
+        seen.close()
 
 
 def _source(cell):
@@ -88,8 +99,9 @@ def _cell(page, text):
     raise AssertionError(f"no live cell contains {text!r}")
 
 
-def _run(cell, timeout=60_000):
-    """Press the cell's Run button and wait until it has finished; its output's text."""
+def _run(cell, timeout=60_000, fails=False):
+    """Press the cell's Run button and wait until it has finished; its output's text. A cell the page marks
+    ``failed`` (no kernel) fails the test unless `fails` says it should, and then one that ends ``done`` does."""
     button = cell.get_by_role("button", name="Run", exact=True)
     if not button.is_visible():  # a folded cell (hide-input, hide-cell): unfold it as a reader would
         cell.locator("xpath=ancestor::details[1]/summary").click()
@@ -112,7 +124,9 @@ def _run(cell, timeout=60_000):
     except Exception as error:
         raise AssertionError(f"cell {_source(cell)!r} not done: state {cell.get_attribute('data-state')!r}, "
                              f"output {cell.locator('.live-code-output').inner_text()!r}") from error
-    return cell.locator(".live-code-output").inner_text()
+    state, output = cell.get_attribute("data-state"), cell.locator(".live-code-output").inner_text()
+    assert state == ("failed" if fails else "done"), f"cell {_source(cell)!r} ended {state!r}: {output!r}"
+    return output
 
 
 def _run_up_to(page, text):
@@ -139,7 +153,6 @@ def _record(name, seconds):
 def test_a_reader_edits_and_runs_chapter_1(browser, live):
     seen = Visit(browser, "about:blank", "light")
     _let_in(seen, live)
-    assert "attention_ref_live" not in seen.page.evaluate("document.cookie")  # HttpOnly: no script reads it
     seen.open(urljoin(live.url, CHAPTER))
     page = seen.page
     asked = []
@@ -228,8 +241,11 @@ def test_a_reader_edits_and_runs_chapter_1(browser, live):
         assert page.locator(".cell_input").first.is_visible()
         assert seen.foreign == [], "requests left the machine"
         assert seen.errors == [], seen.errors
+        # After a whole Live code run the browser holds no cookie: the book server sets none, and the kernel
+        # server, whose default sets a 30-day login cookie for the host on the WebSocket's token, sets none.
+        assert seen.context.cookies() == [], seen.context.cookies()
     finally:
-        seen.close()
+        _leave(seen)
 
 
 @pytest.mark.browser
@@ -244,7 +260,7 @@ def test_without_a_kernel_the_page_says_why(browser, live):
         seen.page.locator(".live-code-cell .cm-editor").first.wait_for()  # the editors load beside the kernel
         # A cell run says the same, in the cell.
         cell = seen.page.locator(".live-code-cell").first
-        assert "No kernel" in _run(cell)
+        assert "No kernel" in _run(cell, fails=True)
         assert seen.foreign == []
         found = _axe_in_each_mode(seen)
         assert found == {"light": [], "dark": []}, found
@@ -334,6 +350,7 @@ def test_live_code_uses_binder_when_the_build_knows_the_repository(browser, live
     settings = {"binder": {"url": f"http://127.0.0.1:{binder.server_address[1]}", "spec": "gh/example/book/main",
                            "path_to_docs": "docs"}}
     seen = Visit(browser, "about:blank", "light")
+    kernel = None
     try:
         # As a page built with a repository would have it (the static host has no _live/config.json).
         seen.context.add_init_script(
@@ -347,8 +364,11 @@ def test_live_code_uses_binder_when_the_build_knows_the_repository(browser, live
         assert seen.page.evaluate("attentionRefLiveCode.state") == "ready"
         assert _FakeBinder.asked == ["/build/gh/example/book/main"]
         assert "stargazing" not in _run(seen.page.locator(".live-code-cell").first)
+        kernel = seen.page.evaluate("attentionRefLiveCode.kernelId")
     finally:
         seen.close()
+        if kernel:  # Binder's kernels are Binder's to cull: this fake's is this server's
+            _delete_kernel(live, kernel)
         binder.shutdown()
         binder.server_close()
 
@@ -387,40 +407,146 @@ def test_the_kernel_server_refuses_other_origins(live):
     assert _http(f"{live.kernel_url}api/kernels", {**token, "Origin": live.origin})[0] == 200
 
 
-def test_the_kernel_websocket_refuses_other_origins(live):
+def _handshake(live, kernel, origin, token=None, headers=()):
+    """(status, headers) of a WebSocket opening handshake to `kernel`'s channels from `origin`, with `token` (by
+    default the server's) in the URL, as a browser sends it."""
     import base64
     import http.client
 
-    status, body = _http(f"{live.kernel_url}api/kernels", {"Authorization": f"token {live.token}",
-                                                           "Content-Type": "application/json"},
-                         method="POST", data=b'{"name": "python3"}')
-    assert status == 201
-    kernel = json.loads(body)["id"]
-
-    def handshake(origin):
-        """Status of a WebSocket opening handshake to the kernel's channels, with the token, from `origin`."""
-        connection = http.client.HTTPConnection("127.0.0.1", live.kernel_port, timeout=30)
-        try:
-            connection.request("GET", f"/api/kernels/{kernel}/channels?token={live.token}", headers={
-                "Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13",
-                "Sec-WebSocket-Key": base64.b64encode(os.urandom(16)).decode(), "Origin": origin,
-            })
-            return connection.getresponse().status
-        finally:
-            connection.close()
-
+    connection = http.client.HTTPConnection("127.0.0.1", live.kernel_port, timeout=30)
     try:
-        assert handshake("https://example.org") == 403
-        assert handshake("http://127.0.0.1:9") == 403
-        assert handshake(live.origin) == 101
+        connection.request("GET", f"/api/kernels/{kernel}/channels?token={token or live.token}", headers={
+            "Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13",
+            "Sec-WebSocket-Key": base64.b64encode(os.urandom(16)).decode(), "Origin": origin, **dict(headers),
+        })
+        response = connection.getresponse()
+        return response.status, response.headers
     finally:
-        _http(f"{live.kernel_url}api/kernels/{kernel}", {"Authorization": f"token {live.token}"}, method="DELETE")
+        connection.close()
+
+
+def test_the_kernel_websocket_refuses_other_origins(live):
+    kernel = _a_kernel(live)
+    try:
+        assert _handshake(live, kernel, "https://example.org")[0] == 403
+        assert _handshake(live, kernel, "http://127.0.0.1:9")[0] == 403
+        assert _handshake(live, kernel, live.origin, token="wrong")[0] == 403
+        assert _handshake(live, kernel, live.origin)[0] == 101
+    finally:
+        _delete_kernel(live, kernel)
+
+
+def test_the_kernel_server_sets_and_honours_no_cookie(live):
+    """jupyter_server's default identity provider answers a token with a login cookie for the host (every port),
+    valid for 30 days, and then takes that cookie instead of the token: here, neither."""
+    import http.client
+
+    token = {"Authorization": f"token {live.token}", "Origin": live.origin}
+    kernel = _a_kernel(live)
+    try:
+        connection = http.client.HTTPConnection("127.0.0.1", live.kernel_port, timeout=30)
+        connection.request("GET", "/api/kernels", headers=token)
+        response = connection.getresponse()
+        response.read()
+        connection.close()
+        assert response.status == 200 and response.headers.get_all("Set-Cookie") is None
+        status, headers = _handshake(live, kernel, live.origin)
+        assert status == 101 and headers.get_all("Set-Cookie") is None
+        # A login cookie as jupyter_server would name it, with the right token as its value, is no credential.
+        name = f"username-127-0-0-1-{live.kernel_port}"
+        for cookie in (f"{name}={live.token}", f"{name}=x; _xsrf=x"):
+            assert _http(f"{live.kernel_url}api/kernels", {"Cookie": cookie, "Origin": live.origin})[0] == 403
+            assert _handshake(live, kernel, live.origin, token="wrong", headers=[("Cookie", cookie)])[0] == 403
+    finally:
+        _delete_kernel(live, kernel)
+
+
+def _process_tree(pid):
+    """`pid` and the ids of all its descendants (from /proc)."""
+    children = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    tree, todo = set(), [pid]
+    while todo:
+        tree.add(todo[-1])
+        todo.extend(children.get(todo.pop(), []))
+    return tree
+
+
+def _listening_ports(listing, pids=None):
+    """Local TCP ports in `ss -Hltn(p)` output, of the processes `pids` only if given."""
+    ports = set()
+    for line in listing.splitlines():
+        fields = line.split()
+        if len(fields) < 4:
+            continue
+        if pids is not None and not {int(pid) for pid in re.findall(r"pid=(\d+)", line)} & pids:
+            continue
+        ports.add(int(fields[3].rsplit(":", 1)[1]))
+    return ports
+
+
+NOBODY_CONNECTS = """
+import json, socket, sys
+found = {}
+for path in sys.argv[1:]:
+    try:
+        with socket.socket(socket.AF_UNIX) as unix:
+            unix.connect(path)
+        found[path] = "connected"
+    except OSError as error:
+        found[path] = type(error).__name__
+try:
+    open(sys.argv[1].rsplit("-ipc", 1)[0] + ".json").close()
+    found["connection file"] = "read"
+except OSError as error:
+    found["connection file"] = type(error).__name__
+print(json.dumps(found))
+"""
+
+
+def test_kernels_use_private_ipc_sockets_not_tcp_ports(live):
+    """With a kernel running, the kernel server and its kernels listen on one TCP port, the server's; the kernel's
+    channels are Unix sockets in the run's private folder, which another local user (uid 65534) cannot reach."""
+    import shutil
+
+    kernel = _a_kernel(live)
+    try:
+        connection = json.loads((live.runtime_dir / f"kernel-{kernel}.json").read_text())
+        assert connection["transport"] == "ipc", connection
+        names = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
+        sockets = [Path(f"{connection['ip']}-{connection[name]}") for name in names]
+        deadline = time.monotonic() + 60
+        while not all(path.exists() for path in sockets) and time.monotonic() < deadline:
+            time.sleep(0.2)  # the kernel binds them as it starts
+        assert all(path.is_socket() and path.parent == live.runtime_dir for path in sockets), sockets
+        assert live.run_dir.stat().st_mode & 0o777 == 0o700 and live.runtime_dir.stat().st_mode & 0o777 == 0o700
+        ss = shutil.which("ss")
+        if not ss:
+            _missing("ss (iproute2), to list listening TCP ports")
+        listing = subprocess.run([ss, "-Hltnp"], capture_output=True, text=True, check=True).stdout
+        assert _listening_ports(listing, _process_tree(live.process.pid)) == {live.kernel_port}, listing
+        # Another local user: lists no port of the kernel's, and can neither connect nor read the connection file.
+        seen = _run_as_nobody(ss, "-Hltn")
+        assert seen.returncode == 0, seen.stderr
+        assert not {connection[name] for name in names} & _listening_ports(seen.stdout), seen.stdout
+        tried = _run_as_nobody(os.path.realpath(sys.executable), "-I", "-S", "-c", NOBODY_CONNECTS,
+                               *map(str, sockets))
+        assert tried.returncode == 0, tried.stderr
+        assert set(json.loads(tried.stdout).values()) == {"PermissionError"}, tried.stdout
+    finally:
+        _delete_kernel(live, kernel)
 
 
 def test_the_kernel_server_offers_the_kernels_api_only(live):
     """A token holder gets kernels, not the files: no contents, files, sessions, config, nbconvert or terminals."""
     token = {"Authorization": f"token {live.token}"}
-    for path in ("api/contents", "api/contents/README.md", "files/README.md", "api/sessions", "api/config/x",
+    for path in ("api/contents", "api/contents/README.md", "files/README.md", "files/docs/chapters/matplotlibrc",
+                 "files/benchmarks/results.json", "api/sessions", "api/config/x",
                  "api/nbconvert", "nbconvert/html/README.md", "api/terminals", "terminals/1", "lab", "tree",
                  "view/README.md"):
         assert _http(f"{live.kernel_url}{path}", token)[0] == 404, path
@@ -433,7 +559,7 @@ def test_the_kernel_server_offers_the_kernels_api_only(live):
 
 
 def _execute(live, code, path="docs/chapters"):
-    """Start a kernel in `path` (as a page does), run `code` over its WebSocket, return what it printed."""
+    """Start a kernel asking for `path`, run `code` over its WebSocket, return what it printed."""
     import asyncio
     import concurrent.futures
     import uuid
@@ -468,6 +594,8 @@ def _execute(live, code, path="docs/chapters"):
                 raise AssertionError("\n".join(message["content"]["traceback"]))
             elif message["msg_type"] == "status" and message["content"]["execution_state"] == "idle":
                 socket.close()
+                while await asyncio.wait_for(socket.read_message(), 30) is not None:
+                    pass  # the closing handshake done, the socket is closed before the event loop ends
                 return "".join(printed)
 
     try:
@@ -478,8 +606,10 @@ def _execute(live, code, path="docs/chapters"):
         _http(f"{live.kernel_url}api/kernels/{kernel}", token, method="DELETE")
 
 
-def test_kernels_run_in_a_scratch_folder_without_the_token(live):
-    found = json.loads(_execute(live, (
+@pytest.mark.parametrize("path", ["docs/chapters", "", "../../../etc", "/etc", "benchmarks"])
+def test_kernels_run_in_a_scratch_folder_without_the_token(live, path):
+    """Whatever ``path`` the client asks for, the server starts the kernel in the scratch copy of docs/chapters."""
+    found = json.loads(_execute(live, path=path, code=(
         "import json, os, pathlib\n"
         "print(json.dumps({'cwd': os.getcwd(), 'files': sorted(os.listdir()),\n"
         "  'bench': pathlib.Path('../../benchmarks/results.json').read_text(),\n"
@@ -512,7 +642,7 @@ def test_the_chapters_runtime_files_are_in_the_scratch_folder():
 # -- The book server's locks: raw HTTP, as another process on this machine can send it ---------------------------
 
 
-def _raw(live, target, headers=(), host=None, method="GET"):
+def _raw(live, target, headers=(), host=None, method="GET", body=None):
     """(status, headers, body) of one request to the book server, sent exactly as given (`host` None: the right
     Host; False: none)."""
     import http.client
@@ -524,58 +654,86 @@ def _raw(live, target, headers=(), host=None, method="GET"):
             connection.putheader("Host", host or live.url.split("/")[2])
         for name, value in headers:
             connection.putheader(name, value)
-        connection.endheaders()
+        if body is not None:
+            connection.putheader("Content-Length", str(len(body)))
+        connection.endheaders(body)
         response = connection.getresponse()
         return response.status, response.headers, response.read()
     finally:
         connection.close()
 
 
-def _cookie(live):
-    """The cookie a browser gets from the newest printed link (which the server then replaces)."""
-    status, headers, _ = _raw(live, printed[-1].removeprefix(live.origin))
-    assert status == 303, status
-    return ("Cookie", headers["Set-Cookie"].split(";")[0])
-
-
 SAME_ORIGIN = ("Sec-Fetch-Site", "same-origin")
 
 
-def test_the_printed_link_lets_one_browser_in(live):
-    link = printed[-1]
-    status, headers, _ = _raw(live, link.removeprefix(live.origin))
-    assert status == 303 and headers["Location"] == "/"  # the key leaves the address bar
-    name_value, *attributes = [part.strip() for part in headers["Set-Cookie"].split(";")]
-    assert {"HttpOnly", "SameSite=Strict", "Path=/"} <= set(attributes)
-    assert headers["Cache-Control"] == "no-store"
-    assert printed[-1] != link  # a fresh link for another browser; the used one is spent
-    assert _raw(live, link.removeprefix(live.origin))[0] == 403
-    status, _, body = _raw(live, "/_live/config.json", [("Cookie", name_value), SAME_ORIGIN])
+def _page_headers(live):
+    """The headers a page of the book sends with a same-origin POST."""
+    return [SAME_ORIGIN, ("Origin", live.origin)]
+
+
+def _trade(live, link):
+    """POST the key of `link` as the page's script does: (status, answer)."""
+    key = link.split("#live-key=")[1]
+    status, _, body = _raw(live, "/_live/session", [*_page_headers(live), ("X-Live-Key", key)], method="POST",
+                           body=b"")
+    return status, json.loads(body)
+
+
+def _session(live):
+    """The session header a page holds after trading a new link's key."""
+    status, answer = _trade(live, live.new_link())
+    assert status == 200, answer
+    return ("X-Live-Session", answer["session"])
+
+
+def test_a_printed_link_lets_one_tab_in_once(live):
+    link = live.new_link()
+    assert link.startswith(f"{live.origin}/#live-key=")  # the key is in the fragment: no browser sends it
+    assert _raw(live, link.removeprefix(live.origin))[0] == 200  # the page itself, like any other
+    before = len(printed)
+    status, answer = _trade(live, link)
+    assert status == 200 and set(answer) == {"session"}
+    session = ("X-Live-Session", answer["session"])
+    # The terminal gets a notice that the link was used, not a fresh link.
+    assert len(printed) == before + 1 and "used" in printed[-1] and "live-key" not in printed[-1], printed[-1]
+    assert _trade(live, link)[0] == 403  # spent
+    status, headers, body = _raw(live, "/_live/config.json", [session, SAME_ORIGIN])
     assert status == 200 and json.loads(body)["token"] == live.token
-    # A spent key with the cookie (a reload of the link) only goes back to the page.
-    status, headers, _ = _raw(live, link.removeprefix(live.origin) + "&x=1", [("Cookie", name_value)])
-    assert status == 303 and headers["Location"] == "/?x=1" and "Set-Cookie" not in headers
+    assert headers["Cache-Control"] == "no-store" and "Set-Cookie" not in headers
+    # A new link makes the one before it worthless, used or not.
+    older, newer = live.new_link(), live.new_link()
+    assert _trade(live, older)[0] == 403 and _trade(live, newer)[0] == 200
 
 
-def _refused(live, target, headers=(), host=None):
-    status, _, body = _raw(live, target, headers, host)
-    assert live.token.encode() not in body
+def _refused(live, target, headers=(), host=None, method="GET", body=None):
+    status, _, answer = _raw(live, target, headers, host, method, body)
+    assert live.token.encode() not in answer
     return status
 
 
-def test_the_configuration_needs_the_cookie(live):
+def test_the_configuration_needs_a_session(live):
     assert _refused(live, "/_live/config.json") == 403  # what any local user's process sends
     assert _refused(live, "/_live/config.json", [SAME_ORIGIN]) == 403
-    port = live.httpd.server_address[1]
-    assert _refused(live, "/_live/config.json", [SAME_ORIGIN, ("Cookie", f"attention_ref_live_{port}=guess")]) == 403
-    assert _refused(live, "/_live/config.json", [SAME_ORIGIN, ("Cookie", "a=\\x; \x7f")]) == 403
+    assert _refused(live, "/_live/config.json", [SAME_ORIGIN, ("X-Live-Session", "guess")]) == 403
+    assert _refused(live, "/_live/config.json", [SAME_ORIGIN, ("X-Live-Session", "")]) == 403
+    # A session in a cookie is no session: cookies go to every port of the host.
+    session = _session(live)[1]
+    for cookie in (f"X-Live-Session={session}", f"attention_ref_live_{live.httpd.server_address[1]}={session}"):
+        assert _refused(live, "/_live/config.json", [SAME_ORIGIN, ("Cookie", cookie)]) == 403
 
 
 def test_a_wrong_key_lets_nobody_in(live):
-    for key in ("wrong", printed[-1].split("key=")[1][:-1], "", "%00"):
-        status, headers, _ = _raw(live, f"/?key={key}")
-        assert status in (400, 403) and "Set-Cookie" not in headers, key
-    assert _refused(live, "/_live/config.json", [SAME_ORIGIN]) == 403
+    link = live.new_link()
+    key = link.split("=", 1)[1]
+    for wrong in ("wrong", key[:-1], key + "x", "", key.upper() if key.upper() != key else key.lower()):
+        status, _, answer = _raw(live, "/_live/session", [*_page_headers(live), ("X-Live-Key", wrong)],
+                                 method="POST", body=b"")
+        assert status == 403 and set(json.loads(answer)) == {"refused"}, wrong
+    # Without the page's headers even the right key is refused (and stays unused).
+    assert _refused(live, "/_live/session", [("X-Live-Key", key)], method="POST", body=b"") == 403
+    assert _refused(live, "/_live/session", [SAME_ORIGIN, ("Origin", "http://127.0.0.1:9"), ("X-Live-Key", key)],
+                    method="POST", body=b"") == 403
+    assert _trade(live, link)[0] == 200
 
 
 @pytest.mark.parametrize("host", ["evil.example:{port}", "evil.example", "127.0.0.1", "127.0.0.1:1", "[::1]:{port}",
@@ -583,9 +741,9 @@ def test_a_wrong_key_lets_nobody_in(live):
 def test_other_host_names_are_refused(live, host):
     """A DNS-rebinding page reaches this server under its own name: nothing is answered to it."""
     port = live.httpd.server_address[1]
-    cookie = _cookie(live)
+    session = _session(live)
     for target in ("/_live/config.json", "/", f"/{CHAPTER}"):
-        assert _refused(live, target, [cookie, SAME_ORIGIN], host=host.format(port=port)) == 421, target
+        assert _refused(live, target, [session, SAME_ORIGIN], host=host.format(port=port)) == 421, target
 
 
 def test_localhost_is_sent_to_127_0_0_1(live):
@@ -601,8 +759,8 @@ def test_localhost_is_sent_to_127_0_0_1(live):
                          ids=["origin-evil", "origin-other-port", "origin-null", "cross-site", "same-site",
                               "typed-in", "no-fetch-metadata"])
 def test_the_configuration_answers_its_own_pages_only(live, headers):
-    """Even with the cookie (which a browser sends to every port of 127.0.0.1), only same-origin fetches get it."""
-    sent = [_cookie(live), *headers]
+    """Even with a session, only same-origin fetches get the token."""
+    sent = [_session(live), *headers]
     if not any(name == "Sec-Fetch-Site" for name, _ in headers):
         sent.append(SAME_ORIGIN)
     if headers == []:
@@ -626,68 +784,170 @@ def test_no_directory_listings(live, folder):
     assert status == 404 and b"Directory listing" not in body
 
 
-def test_pages_read_without_the_cookie(live):
+def test_pages_read_without_a_session(live):
     for target in ("/", f"/{CHAPTER}", "/_static/live_code.js"):
         assert _raw(live, target)[0] == 200, target
+
+
+def test_links_and_sessions_expire():
+    """An unused link stops working after `link_seconds` (and the terminal says so); a session after
+    `session_idle` seconds without a request, counted from its last use."""
+    module = ext_module("_live_server")
+    now = [1000.0]
+    notices = []
+    gate = module.Gate(8000, notices.append, link_seconds=0.2, session_idle=60, clock=lambda: now[0])
+    key = gate.new_link().split("=", 1)[1]
+    now[0] += 0.3
+    assert gate.redeem(key) is None  # expired, though never used
+    deadline = time.monotonic() + 10
+    while not notices and time.monotonic() < deadline:  # the timer's notice (a real 0.2 s)
+        time.sleep(0.05)
+    assert notices and "expired" in notices[0] and "Enter" in notices[0] and "live-key" not in notices[0]
+    session = gate.redeem(gate.new_link().split("=", 1)[1])
+    assert session and gate.admits(session)
+    now[0] += 59
+    assert gate.admits(session)  # used within the idle time: its clock starts again
+    now[0] += 59
+    assert gate.admits(session)
+    now[0] += 61
+    assert not gate.admits(session)  # idle too long: gone for good
+    now[0] -= 61
+    assert not gate.admits(session)
+
+
+def _run_as_nobody(*command, timeout=60):
+    """`command` run as uid and gid 65534 (nobody), without supplementary groups; skips (fails in CI) where
+    this process cannot switch users."""
+    import shutil
+
+    setpriv = shutil.which("setpriv")
+    if os.geteuid() != 0 or not setpriv:
+        _missing("root and setpriv (util-linux), to act as another local user")
+    return subprocess.run([setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", *command],
+                          capture_output=True, text=True, timeout=timeout)
 
 
 def test_another_user_gets_no_token(live):
     """As root (CI, containers), the configuration request of another local user, uid 65534."""
     import shutil
 
-    if os.geteuid() != 0:
-        pytest.skip("needs root to act as another user (setpriv --reuid)")
-    curl, setpriv = shutil.which("curl"), shutil.which("setpriv")
-    if not (curl and setpriv):
-        pytest.skip("needs curl and setpriv (util-linux) to act as another user")
-    result = subprocess.run([setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", curl, "-s", "-i",
-                             "-H", "Sec-Fetch-Site: same-origin", f"{live.url}_live/config.json"],
-                            capture_output=True, text=True, timeout=60)
+    curl = shutil.which("curl")
+    if not curl:
+        _missing("curl, to send another local user's request")
+    result = _run_as_nobody(curl, "-s", "-i", "-H", "Sec-Fetch-Site: same-origin", f"{live.url}_live/config.json")
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("HTTP/1.1 403"), result.stdout[:200]
     assert live.token not in result.stdout
 
 
-def test_make_serve_prints_a_working_link(tmp_path):
-    """The program `make serve` runs: its printed link lets in once, then it prints a fresh one."""
+@pytest.fixture
+def bare_book(tmp_path):
+    """A book server alone (no kernel server) over a tiny site holding symbolic links out of it, with a read
+    timeout of 1 s."""
+    module = ext_module("_live_server")
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "index.html").write_text("<!doctype html><title>book</title>")
+    (tmp_path / "outside.txt").write_text("not the book's")
+    (site / "out.txt").symlink_to(tmp_path / "outside.txt")
+    (site / "etc").symlink_to("/etc")
+    (site / "in.html").symlink_to(site / "index.html")
+    server = module.LiveServer(site, read_timeout=1)
+    threading.Thread(target=server.httpd.serve_forever, daemon=True).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_no_symbolic_link_leads_out_of_the_site(bare_book):
+    assert _raw(bare_book, "/in.html")[0] == 200  # a link inside the site is followed
+    for target in ("/out.txt", "/etc/passwd", "/etc/", "/etc"):
+        status, _, body = _raw(bare_book, target)
+        assert status == 404 and b"not the book's" not in body and b"root:" not in body, target
+
+
+def test_a_silent_connection_is_closed(bare_book):
+    """A connection that sends nothing (or half a request) is closed after the read timeout, not held."""
+    for sent in (b"", b"GET / HTTP/1.1\r\nHost: 127.0.0.1"):
+        with socket.create_connection(("127.0.0.1", bare_book.httpd.server_address[1]), timeout=10) as connection:
+            connection.sendall(sent)
+            start = time.monotonic()
+            assert connection.recv(1024) == b""  # the server closed it
+            assert time.monotonic() - start < 5
+
+
+def test_make_serve_prints_a_link_that_works_once_and_expires(tmp_path):
+    """The program `make serve` runs: its printed link lets in once, then the terminal gets a notice, not a
+    link; Enter prints a new link, which expires unused; at stop its private folder (the kernel server's log,
+    connection files and sockets) is deleted."""
     if not (SITE / CHAPTER).is_file():
         _missing(f"the built book ({SITE}; run `make docs`)")
     ext_module("_live_server", "jupyter_server")
     import queue
 
-    process = subprocess.Popen([sys.executable, str(EXT / "_live_server.py"), "--port", "0", str(SITE)],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    process = subprocess.Popen([sys.executable, str(EXT / "_live_server.py"), "--port", "0", "--link-seconds", "3",
+                                str(SITE)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
     lines: queue.Queue[str] = queue.Queue()
     reader = threading.Thread(target=lambda: [lines.put(line) for line in process.stdout], daemon=True)
     reader.start()
+    seen = []
 
-    def printed_link():
-        """The next link the program prints (within READY ms)."""
-        seen = []
+    def next_line(pattern):
+        """The next line printed that matches `pattern` (within READY ms)."""
         while True:
             try:
                 seen.append(lines.get(timeout=READY / 1000))
             except queue.Empty:
-                raise AssertionError(f"no login link printed; it printed {seen}") from None
-            found = re.search(r"http://127\.0\.0\.1:\d+/\?key=[\w-]+", seen[-1])
+                raise AssertionError(f"nothing matching {pattern!r} printed; it printed {seen}") from None
+            found = re.search(pattern, seen[-1])
             if found:
-                return found.group(0)
+                return found
+
+    def trade(link):
+        port = int(re.search(r":(\d+)/", link).group(1))
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/_live/session", method="POST", data=b"",
+                                         headers={"X-Live-Key": link.split("=", 1)[1], "Sec-Fetch-Site":
+                                                  "same-origin", "Origin": f"http://127.0.0.1:{port}"})
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return response.status
+        except urllib.error.HTTPError as error:
+            return error.code
 
     try:
-        link = printed_link()
-        with urllib.request.urlopen(link, timeout=30) as response:  # follows the redirect, without the cookie jar
-            assert response.url == link.split("?")[0]
-        fresh = printed_link()
+        run_dir = Path(next_line(r"log, deleted at stop: (\S+)\)").group(1)).parent
+        assert run_dir.stat().st_mode & 0o777 == 0o700
+        link = next_line(r"http://127\.0\.0\.1:\d+/#live-key=[\w-]+").group(0)
+        assert trade(link) == 200
+        notice = next_line(r"used")
+        assert "live-key" not in notice.string and "Enter" in notice.string
+        assert trade(link) == 403
+        process.stdin.write("\n")
+        process.stdin.flush()
+        fresh = next_line(r"http://127\.0\.0\.1:\d+/#live-key=[\w-]+").group(0)
         assert fresh != link
-        assert _http(link)[0] == 403
+        expired = next_line(r"expired")  # after 3 s unused
+        assert "live-key" not in expired.string
+        assert trade(fresh) == 403
     finally:
         process.terminate()
         process.wait(30)
         reader.join(30)  # it has read to the end
         process.stdout.close()
+        process.stdin.close()
+    assert not run_dir.exists(), sorted(run_dir.rglob("*"))
 
 
 # -- In Chromium: the reader not yet let in, and pages of other origins ---------------------------------------------
+
+
+def _press_live_code(seen):
+    """Press the page's Live code button and wait until it is ready or failed; the status line's text."""
+    seen.page.get_by_role("button", name="Live code", exact=True).click()
+    seen.page.wait_for_function("() => ['ready', 'failed'].includes(attentionRefLiveCode.state)", timeout=READY)
+    return seen.page.locator(".live-code-status").inner_text()
 
 
 @pytest.mark.browser
@@ -695,23 +955,25 @@ def test_a_browser_not_let_in_reads_the_book_and_is_told_how(browser, live):
     seen = Visit(browser, urljoin(live.url, CHAPTER), "light")
     try:
         assert seen.page.locator(".cell_input").first.is_visible()  # the book reads normally
-        seen.page.get_by_role("button", name="Live code", exact=True).click()
-        seen.page.wait_for_function("() => attentionRefLiveCode.state === 'failed'")
-        status = seen.page.locator(".live-code-status").inner_text()
-        assert "make serve" in status and f"{live.origin}/?key=" in status, status
+        status = _press_live_code(seen)
+        assert seen.page.evaluate("attentionRefLiveCode.state") == "failed"
+        assert "make serve" in status and f"{live.origin}/#live-key=" in status and "Enter" in status, status
         assert seen.foreign == []
-        # Then the reader opens the printed link, under localhost as they may type it: sent to 127.0.0.1.
-        seen.open(printed[-1].replace("127.0.0.1", "localhost"))
-        assert seen.page.url == live.url
+        # Then the reader opens a new link, under localhost as they may type it: sent to 127.0.0.1, the key
+        # (in the fragment) kept by the browser across the redirect.
+        _let_in(seen, live, live.new_link().replace("127.0.0.1", "localhost"))
         seen.open(urljoin(live.url, CHAPTER))
-        seen.page.get_by_role("button", name="Live code", exact=True).click()
-        seen.page.wait_for_function("() => ['ready', 'failed'].includes(attentionRefLiveCode.state)", timeout=READY)
-        status = seen.page.locator(".live-code-status").inner_text()
+        status = _press_live_code(seen)
         assert seen.page.evaluate("attentionRefLiveCode.state") == "ready", status
         found = _axe_in_each_mode(seen)
         assert found == {"light": [], "dark": []}, found
+        # Another tab of the same browser, opened afresh, holds no session: sessionStorage is per tab.
+        other = seen.context.new_page()
+        other.goto(urljoin(live.url, CHAPTER))
+        assert other.evaluate("sessionStorage.length") == 0
+        other.close()
     finally:
-        seen.close()
+        _leave(seen)
 
 
 ATTACK = """<!doctype html><html lang="en"><title>attack</title><body><script>
@@ -752,15 +1014,30 @@ def _a_kernel(live):
     return json.loads(body)["id"]
 
 
+def _kernels(live):
+    """The ids of the kernels the kernel server runs."""
+    status, body = _http(f"{live.kernel_url}api/kernels", {"Authorization": f"token {live.token}"})
+    assert status == 200
+    return {kernel["id"] for kernel in json.loads(body)}
+
+
+def _delete_kernel(live, kernel):
+    _http(f"{live.kernel_url}api/kernels/{kernel}", {"Authorization": f"token {live.token}"}, method="DELETE")
+
+
 @pytest.mark.browser
-def test_a_page_on_another_loopback_port_gets_nothing(browser, live):
-    """The reader, let in, visits a page served on another port of 127.0.0.1 (the cookie is sent there too: cookies
-    are per host). It cannot read the configuration, and the kernel's WebSocket refuses it even with the token."""
+def test_a_server_on_another_loopback_port_replays_the_readers_cookies_in_vain(browser, live):
+    """The reader, let in and running Live code, visits a page served on another port of 127.0.0.1: the browser
+    sends that server every cookie it holds for 127.0.0.1. The server replays each, with every header a
+    same-origin page sends, to the configuration and to the kernel server: no token, no kernel. The page's own
+    script cannot read the configuration, and the kernel's WebSocket refuses it even with the token."""
     kernel = _a_kernel(live)
     page = _attack_page(f"{live.url}_live/config.json", live, kernel, live.token)
+    received = []  # the Cookie header of each request the attacker's server got (None: no cookie)
 
     class Attacker(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
+            received.append(self.headers.get("Cookie"))
             body = page.encode()
             self.send_response(200)
             self.send_header("Content-Type", "text/html")
@@ -776,20 +1053,84 @@ def test_a_page_on_another_loopback_port_gets_nothing(browser, live):
     seen = Visit(browser, "about:blank", "light")
     try:
         _let_in(seen, live)
+        seen.open(urljoin(live.url, CHAPTER))
+        status = _press_live_code(seen)
+        assert seen.page.evaluate("attentionRefLiveCode.state") == "ready", status
         answered.clear()
         seen.page.goto(f"http://127.0.0.1:{attacker.server_address[1]}/attack.html")
         found = seen.page.evaluate("window.attack")
         assert found["config"] == "blocked" and found["opaque"] == 0, found
         assert found["socket"] == "refused", found
-        # Both fetches reached the book server with the reader's cookie, and it refused them.
-        asked = [(status, headers) for target, status, headers in answered if target == "/_live/config.json"]
-        assert [status for status, _ in asked] == [403, 403], asked
-        assert all("attention_ref_live" in headers.get("Cookie", "") for _, headers in asked), asked
+        asked = [status for target, status, _ in answered if target == "/_live/config.json"]
+        assert asked == [403, 403], asked
+        assert received, "the attacker's server got no request"
+        for cookie in {c for c in received if c}:
+            same_origin = [("Cookie", cookie), SAME_ORIGIN, ("Origin", live.origin), ("Referer", live.url)]
+            status, _, body = _raw(live, "/_live/config.json", same_origin)
+            assert status == 403 and live.token.encode() not in body, (cookie, status)
+            with_cookie = {"Cookie": cookie, "Origin": live.origin, "Referer": live.url}
+            assert _http(f"{live.kernel_url}api/kernels", with_cookie)[0] == 403, cookie
+            status, _ = _http(f"{live.kernel_url}api/kernels", {**with_cookie, "Content-Type": "application/json",
+                                                                "X-XSRFToken": "x", "Cookie": f"{cookie}; _xsrf=x"},
+                              method="POST", data=b'{"name": "python3"}')
+            assert status in (403, 404), (cookie, status)
     finally:
-        seen.close()
+        _leave(seen)
         attacker.shutdown()
         attacker.server_close()
-        _http(f"{live.kernel_url}api/kernels/{kernel}", {"Authorization": f"token {live.token}"}, method="DELETE")
+        _delete_kernel(live, kernel)
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("leave", ["navigate", "close"])
+def test_a_pages_kernel_is_deleted_when_the_page_goes(browser, live, leave):
+    """Leaving the page (another page in the tab, or the tab closed) deletes its kernel."""
+    seen = Visit(browser, "about:blank", "light")
+    try:
+        _let_in(seen, live)
+        seen.open(urljoin(live.url, CHAPTER))
+        status = _press_live_code(seen)
+        kernel = seen.page.evaluate("attentionRefLiveCode.kernelId")
+        assert kernel in _kernels(live), status
+        if leave == "navigate":
+            seen.open(urljoin(live.url, "index.html"))
+        else:
+            seen.page.close(run_before_unload=True)
+        deadline = time.monotonic() + 30
+        while kernel in _kernels(live) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert kernel not in _kernels(live), f"the kernel outlived its page ({leave})"
+    finally:
+        seen.close()
+
+
+@pytest.mark.browser
+def test_the_kernel_cap_holds_and_the_page_says_so(browser, live):
+    started = []
+    try:
+        while len(_kernels(live)) < MAX_KERNELS:
+            started.append(_a_kernel(live))
+        status, body = _http(f"{live.kernel_url}api/kernels", {"Authorization": f"token {live.token}",
+                                                               "Content-Type": "application/json"},
+                             method="POST", data=b'{"name": "python3"}')
+        assert status == 429 and "limit" in json.loads(body)["message"], (status, body)
+        assert len(_kernels(live)) == MAX_KERNELS
+        seen = Visit(browser, "about:blank", "light")
+        try:
+            _let_in(seen, live)
+            seen.open(urljoin(live.url, CHAPTER))
+            status = _press_live_code(seen)
+            assert seen.page.evaluate("attentionRefLiveCode.state") == "failed"
+            assert f"runs {MAX_KERNELS} kernels" in status and "limit" in status, status
+            # One kernel freed: Restart kernel tries again, and the page gets it.
+            _delete_kernel(live, started.pop())
+            seen.page.get_by_role("button", name="Restart kernel").click()
+            seen.page.wait_for_function("() => attentionRefLiveCode.state === 'ready'", timeout=READY)
+        finally:
+            _leave(seen)
+    finally:
+        for kernel in started:
+            _delete_kernel(live, kernel)
 
 
 @pytest.mark.browser
@@ -829,7 +1170,7 @@ def test_a_dns_rebinding_page_gets_nothing(browser, live):
         assert found["socket"] == "refused", found
     finally:
         seen.close()
-        _http(f"{live.kernel_url}api/kernels/{kernel}", {"Authorization": f"token {live.token}"}, method="DELETE")
+        _delete_kernel(live, kernel)
 
 
 # -- Hosted: launch links for a known repository ---------------------------------------------------------------

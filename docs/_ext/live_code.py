@@ -7,7 +7,10 @@ client is the book's own small script (``_static/live_code.js``, no third-party 
 until the reader presses the button. The kernel then comes from, in order:
 
 * the server ``make serve`` runs (``_live_server.py``): the page asks it for ``_live/config.json``, which holds
-  the kernel server's address and its random token and exists only while that server runs;
+  the kernel server's address and its random token, exists only while that server runs, and answers only a tab
+  that opened the one-time link the server printed (the script trades the key in the link's fragment for a
+  session kept in the tab's ``sessionStorage`` and sent in a header: no cookie, which a browser would also send
+  to every other port of the host); the page's kernel is deleted when the page goes away;
 * Binder, when the build knows the repository (see below): the page asks Binder to start the repository;
 * nothing: the page then says so, and how to get a kernel, in the status line under the button.
 

@@ -1,9 +1,14 @@
 /* Live code for the attention_ref book (docs/_ext/live_code.py): the "Live code" button in a chapter's header
  * turns its code cells into editable cells run by one Jupyter kernel, over the Jupyter server's REST and
  * WebSocket API. Nothing is fetched before the button is pressed. The kernel comes from the server `make serve`
- * runs beside the book (it answers _live/config.json with its address and token, to a browser that opened the
- * link `make serve` printed; to any other it answers 403 and the page says how to get in), else from Binder when the
- * build knew the repository, else the page says that no kernel can be had and how to get one.
+ * runs beside the book, else from Binder when the build knew the repository, else the page says that no kernel
+ * can be had and how to get one. `make serve` prints a one-time link, ORIGIN/#live-key=KEY: the key is in the
+ * fragment, which the browser sends to no server. This script, on the page the link opens, removes it from the
+ * address and trades it (POST _live/session, key in a header) for a session secret kept in sessionStorage, which
+ * only pages of this origin (scheme, host and port) can read: no cookie, which a browser would also send to
+ * every other port of the host. _live/config.json answers the kernel server's address and token to a request
+ * carrying that secret in a header; to any other, 403, and the page says how to get in. A page's kernel is
+ * deleted when the page goes away (POST _live/release with keepalive on pagehide).
  * The cells are edited in CodeMirror 6, loaded with the button from the vendored bundle _static/live_editor.js
  * (MIT; built from vendor/live_editor/), coloured by the page's own Pygments classes; if that bundle cannot be
  * loaded, in plain text boxes. This file is the book's own code (BSD-3-Clause, like the rest of the repository). */
@@ -19,10 +24,12 @@
     "with `make serve` from a clone of the repository, or download this page's notebook (.ipynb) from the " +
     "download menu and open it in Jupyter.";
 
-  const NOT_LET_IN = "This copy of the book is served by `make serve`, which runs code only for the browser " +
-    "that opened the link it printed in its terminal (ORIGIN/?key=…). Open that link in this browser to use " +
-    "Live code here; each link works once, and the terminal then prints a fresh one for another browser. " +
-    "The book reads normally without it.";
+  const NOT_LET_IN = "This copy of the book is served by `make serve`, which runs code only in a browser tab " +
+    "that opened the link it printed in its terminal (ORIGIN/#live-key=…), and its session lasts until it is " +
+    "left unused for a while. Press Enter in that terminal for a new link, then open it in this tab to use " +
+    "Live code here; each link works once, for a few minutes. The book reads normally without it.";
+  const SESSION = "attentionRefLiveSession"; // sessionStorage key: this tab's session with `make serve`
+  const session = () => { try { return sessionStorage.getItem(SESSION); } catch (error) { return null; } };
 
   // An error the status line shows; a `complete` one is a whole explanation, shown without "Live code failed:".
   class LiveError extends Error {
@@ -80,18 +87,48 @@
 
   // -- Where the kernel comes from ----------------------------------------------------------------------------
 
+  // A link of `make serve` opened in this tab: its key, out of the address, traded for a session.
+  async function letIn() {
+    const found = /^#live-key=([\w-]{1,128})$/.exec(location.hash);
+    if (!found) return false;
+    history.replaceState(history.state, "", location.pathname + location.search);
+    try {
+      const response = await fetch(new URL("_live/session", root), {
+        method: "POST", cache: "no-store", headers: { "X-Live-Key": found[1] },
+      });
+      if (!response.ok) return false;
+      sessionStorage.setItem(SESSION, (await response.json()).session);
+      return true;
+    } catch (error) {
+      return false;
+    }
+  }
+
   async function localServer() {
     let response;
+    const secret = session();
     try {
-      response = await fetch(new URL("_live/config.json", root), { cache: "no-store" });
+      response = await fetch(new URL("_live/config.json", root), {
+        cache: "no-store", headers: secret ? { "X-Live-Session": secret } : {},
+      });
     } catch (error) {
       return null;
     }
     if (response.status === 403) throw new LiveError(NOT_LET_IN.replace("ORIGIN", location.origin), true);
     if (!response.ok) return null;
     const found = await response.json();
-    return { where: "this machine", baseUrl: found.base_url, token: found.token,
-             path: joinPath(found.path_to_docs, pageDir) };
+    return { where: "this machine", baseUrl: found.base_url, token: found.token, local: true };
+  }
+
+  // The page's kernel is deleted when the page goes away: a same-origin request the browser still sends.
+  function release(kernel) {
+    const secret = session();
+    if (!kernel || !kernel.id || !kernel.server.local || !secret) return;
+    fetch(new URL("_live/release", root), {
+      method: "POST", keepalive: true, cache: "no-store",
+      headers: { "X-Live-Session": secret, "Content-Type": "application/json" },
+      body: JSON.stringify({ kernel: kernel.id }),
+    }).catch(() => null);
   }
 
   function binderServer(binder, report) {
@@ -135,12 +172,18 @@
         headers: { Authorization: `token ${this.server.token}`, "Content-Type": "application/json" },
         body: body === undefined ? undefined : JSON.stringify(body),
       });
-      if (!response.ok) throw new LiveError(`the kernel server refused ${method} ${path} (${response.status})`);
+      if (!response.ok) {
+        const reason = await response.json().then((found) => found.message, () => null);
+        if (reason && reason.startsWith("Live code:")) throw new LiveError(reason, true); // e.g. the kernel cap
+        throw new LiveError(`the kernel server refused ${method} ${path} (${response.status})`);
+      }
       return response.status === 204 ? null : response.json();
     }
 
     async start() {
-      const model = await this.request("POST", "api/kernels", { name: "python3", path: this.server.path });
+      // `make serve` chooses the working folder itself; Binder's is the page's folder in the repository.
+      const model = await this.request("POST", "api/kernels",
+        this.server.path === undefined ? { name: "python3" } : { name: "python3", path: this.server.path });
       this.id = model.id;
       const url = new URL(`api/kernels/${this.id}/channels`, this.server.baseUrl);
       url.protocol = url.protocol === "https:" ? "wss:" : "ws:";
@@ -407,7 +450,11 @@
   }
 
   let live = null;
+  const admitted = letIn();
+  window.addEventListener("pagehide", () => { if (live) release(live.kernel); });
   window.attentionRefLiveCode = {
+    admitted, // resolves to whether this page traded a link's key for a session
+    get kernelId() { return live && live.kernel ? live.kernel.id || null : null; },
     toggle(button) {
       if (!live) live = new LiveCode(button);
       else live.show(!live.on);
