@@ -96,19 +96,20 @@ chromium:
 
 ## The lock. Each file pins a set of extras for Python 3.11; live.txt and test.txt are resolved within the one
 ## before them, so the three agree on every package they share. docs.txt and live.txt hold for any platform (Read
-## the Docs, Binder, a reader's laptop); test.txt is this Linux x86-64 machine's, with PyTorch's CPU build.
+## the Docs, Binder, a reader's laptop); test.txt is this Linux x86-64 machine's Python (the venv's, where the
+## universal files fork on the patch release), with PyTorch's CPU build.
 ## `make lock` re-resolves after a change to pyproject.toml, keeping every pin it can; `make upgrade-deps` moves
 ## every pin to the newest release, then rebuilds the committed notebooks and runs every test: commit the result
 ## (requirements/, notebooks/) as one reviewed change.
-UV_COMPILE = $(VENV)/bin/uv pip compile -q --python-version 3.11 $(if $(wildcard /opt/wheels),--find-links /opt/wheels) \
+UV_COMPILE = $(VENV)/bin/uv pip compile -q $(if $(wildcard /opt/wheels),--find-links /opt/wheels) \
 	--custom-compile-command 'make upgrade-deps' $(UPGRADE)
 lock: | $(PY)
 	$(PIP) -r $(LOCK)/tools.txt
-	$(UV_COMPILE) --universal $(LOCK)/tools.in -o $(LOCK)/tools.txt
-	$(UV_COMPILE) --universal pyproject.toml --extra docs -o $(LOCK)/docs.txt
-	$(UV_COMPILE) --universal pyproject.toml --extra docs --extra live -c $(LOCK)/docs.txt -o $(LOCK)/live.txt
+	$(UV_COMPILE) --universal --python-version 3.11 $(LOCK)/tools.in -o $(LOCK)/tools.txt
+	$(UV_COMPILE) --universal --python-version 3.11 pyproject.toml --extra docs -o $(LOCK)/docs.txt
+	$(UV_COMPILE) --universal --python-version 3.11 pyproject.toml --extra docs --extra live -c $(LOCK)/docs.txt -o $(LOCK)/live.txt
 	$(UV_COMPILE) pyproject.toml $(LOCK)/torch.in --extra test --extra docs --extra browser --extra live \
-		-c $(LOCK)/live.txt -o $(LOCK)/test.txt
+		--python $(PY) -c $(LOCK)/live.txt -o $(LOCK)/test.txt
 
 upgrade-deps:
 	$(MAKE) lock UPGRADE=--upgrade

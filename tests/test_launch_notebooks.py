@@ -155,11 +155,14 @@ def test_they_hold_the_code_the_book_runs(launch):
 
 @pytest.mark.docs
 def test_they_show_every_figure_the_page_shows(launch):
-    """Each image in a page's article (glued figures and cell outputs) is in its committed notebook, as an
+    """Each image in a page's article (glued figures, cell outputs, explorables) is in its committed notebook, as an
     embedded image in the Markdown or an image output, so Colab and GitHub show it before anything runs."""
     for page in launch.sources():
         html = (_site() / f"{page}.html").read_text()
-        shown = len(re.findall(r"<img\b", html[html.index("<article"):html.index("</article>")]))
+        article = html[html.index("<article"):html.index("</article>")]
+        # An explorable figure (docs/_ext/explorables.py) is interactive on the page and its still image in the
+        # notebook.
+        shown = len(re.findall(r"<img\b", article)) + article.count("tag_explorable")
         cells = json.loads((launch.TARGET / f"{page}.ipynb").read_text())["cells"]
         embedded = sum(len(re.findall(r"!\[[^\]]+\]\(data:image/", _source(cell)))
                        for cell in cells if cell["cell_type"] == "markdown")
