@@ -29,6 +29,7 @@ extensions = [
     "numpydoc",
     "sphinx.ext.intersphinx",
     "sphinx.ext.mathjax",
+    "sphinx.ext.imgmath",  # the EPUB's equations, as SVG images (epub_math_renderer below)
     "sphinx_copybutton",
     # Local extensions (_ext/):
     "execution_cache",  # execution cache keyed on the package source; deterministic, quiet chapter runs
@@ -41,6 +42,8 @@ extensions = [
     "citation_roles",  # citations get an ARIA role axe accepts
     "live_code",  # "Live code" button: cells run on make serve's kernel or Binder; launch menu when the repo is known
     "reading_time",  # each page's reading time under its title; the reading paths' totals on the landing page
+    "print_edition",  # PDF and EPUB: solutions under a heading after their exercise, no folded cells
+    "epub_math",  # the EPUB's equations as images (epub_math_renderer), the site's with MathJax
 ]
 
 exclude_patterns = ["_build", "_ext", "**.ipynb_checkpoints", "jupyter_execute", "_inventories", "_templates"]
@@ -63,6 +66,13 @@ nb_merge_streams = True
 # Anything a cell writes to stderr (a warning, a stray log line) becomes a Sphinx warning, i.e. a build
 # error under -W: every cell must run cleanly.
 nb_output_stderr = "warn"
+# A cell output offering an interactive view (text/html, scripts, widgets) and a still one (image/png) shows the
+# still one in the EPUB, as the LaTeX builder does already (it renders no HTML): e-readers run no page scripts.
+nb_mime_priority_overrides = [
+    ("epub", "application/vnd.jupyter.widget-view+json", None),
+    ("epub", "application/javascript", None),
+    ("epub", "text/html", 70),  # after image/png (50), image/jpeg (60); before text/markdown and text/plain
+]
 
 # -- API reference (autodoc, autosummary, numpydoc) -----------------------------
 
@@ -116,6 +126,10 @@ intersphinx_mapping = {
 # -- Math ----------------------------------------------------------------------
 
 mathjax_path = "mathjax/tex-chtml.js"  # the copy sphinx-mathjax-offline (MathJax 3.2.2) puts in _static/
+html_math_renderer = "mathjax"  # the site; LaTeX typesets the PDF's
+epub_math_renderer = "imgmath"  # e-readers run no MathJax (_ext/epub_math.py)
+imgmath_image_format = "svg"  # latex + dvisvgm (Debian's TeX Live, make tex)
+imgmath_font_size = 14
 
 # -- HTML output -----------------------------------------------------------------
 
@@ -147,3 +161,32 @@ html_context = {"default_mode": "auto"}
 
 copybutton_prompt_text = r">>> |\.\.\. |\$ "
 copybutton_prompt_is_regexp = True
+
+# -- PDF (LaTeX) and EPUB: the same executed doctrees, `make pdf` and `make epub` ----------------------
+
+latex_engine = "xelatex"  # as Read the Docs builds PDFs: latexmk with XeLaTeX
+latex_documents = [("index", "attention_ref.tex", "attention_ref", author, "manual")]
+latex_show_urls = "footnote"
+latex_elements = {
+    # DejaVu covers every character the book prints: Greek, √ × → ², subscripts, arrows and box drawing in
+    # outputs (Debian's fonts-dejavu-core; tests/test_pdf_epub.py checks the log for missing characters).
+    "fontpkg": r"""
+\setmainfont{DejaVu Serif}
+\setsansfont{DejaVu Sans}
+\setmonofont{DejaVu Sans Mono}[Scale=0.86]
+""",
+    "preamble": r"""
+\tracinglostchars=2
+""",
+    "figure_align": "H",  # a figure stays beside the text that describes it
+    "sphinxsetup": "verbatimwrapslines=true, verbatimforcewraps=true, verbatimmaxunderfull=0",
+}
+latex_use_xindy = True
+
+epub_basename = "attention_ref"
+epub_title = project
+epub_author = author
+epub_publisher = author
+epub_copyright = copyright
+epub_show_urls = "no"
+epub_use_index = False
