@@ -44,6 +44,7 @@ extensions = [
     "reading_time",  # each page's reading time under its title; the reading paths' totals on the landing page
     "print_edition",  # PDF and EPUB: solutions under a heading after their exercise, no folded cells
     "epub_math",  # the EPUB's equations as images (epub_math_renderer), the site's with MathJax
+    "epub_styles",  # the EPUB: its theme's stylesheets only (epubcheck rejects the site's)
     "latex_book",  # the PDF: every page a chapter, each toctree caption of the landing page a part
 ]
 
@@ -190,6 +191,8 @@ latex_elements = {
 \protected\def\AttnRefUnderscore{\discretionary{\textunderscore}{}{\textunderscore}}
 \protected\def\sphinxupquote#1{\AttnRefUpquote{\let\_\AttnRefUnderscore#1}}
 """,
+    # Sphinx titles the table of contents with the first toctree's caption ("Start here"): it is the contents.
+    "tableofcontents": "\\renewcommand{\\contentsname}{Contents}\\sphinxtableofcontents",
     "figure_align": "H",  # a figure stays beside the text that describes it
     "sphinxsetup": "verbatimwrapslines=true, verbatimforcewraps=true, verbatimmaxunderfull=0",
 }
