@@ -48,7 +48,9 @@ extensions = [
     "latex_book",  # the PDF: every page a chapter, each toctree caption of the landing page a part
 ]
 
-exclude_patterns = ["_build", "_ext", "**.ipynb_checkpoints", "jupyter_execute", "_inventories", "_templates"]
+exclude_patterns = [
+    "_build", "_ext", "_latex", "**.ipynb_checkpoints", "jupyter_execute", "_inventories", "_templates"
+]
 templates_path = ["_templates"]
 nitpicky = True
 nitpick_ignore: list[tuple[str, str]] = []  # kept empty on purpose: prefer numpydoc_xref_aliases below
@@ -167,41 +169,18 @@ copybutton_prompt_is_regexp = True
 # -- PDF (LaTeX) and EPUB: the same executed doctrees, `make pdf` and `make epub` ----------------------
 
 latex_engine = "xelatex"  # as Read the Docs builds PDFs: latexmk with XeLaTeX
-latex_documents = [("index", "attention_ref.tex", r"attention\_ref", r"The attention\_ref developers", "manual")]  # LaTeX
+# Title and author are LaTeX.
+latex_documents = [("index", "attention_ref.tex", r"attention\_ref", r"The attention\_ref developers", "manual")]
 latex_show_urls = "footnote"
+latex_additional_files = ["_latex/attention_ref.sty"]  # fonts (DejaVu), tables, breaks in inline code
 latex_elements = {
-    # DejaVu covers every character the book prints: Greek, √ × → ², subscripts, arrows and box drawing in
-    # outputs (Debian's fonts-dejavu-core; tests/test_pdf_epub.py checks the log for missing characters).
-    "fontpkg": r"""
-\setmainfont{DejaVu Serif}[SmallCapsFont=DejaVu Serif, ItalicFeatures={SmallCapsFont=DejaVu Serif Italic},
-  BoldFeatures={SmallCapsFont=DejaVu Serif Bold}, BoldItalicFeatures={SmallCapsFont=DejaVu Serif Bold Italic}]
-\setsansfont{DejaVu Sans}
-\setmonofont{DejaVu Sans Mono}[Scale=0.86]
-""",
-    # Chapters carry the site's own numbers in their titles ("3. Softmax, stably"): LaTeX adds none. A character
-    # missing from the fonts is reported in the log (_ext/_latex_log.py fails the build on it). Tables of numbers
-    # are set two sizes smaller, with narrower gaps, so that ten columns fit the text width, and inline code
-    # (scaled_dot_product_attention in a table cell) may break after an underscore, as it may after a dot.
-    "preamble": r"""
-\setcounter{secnumdepth}{-1}
-\tracinglostchars=2
-\AtBeginEnvironment{tabulary}{\footnotesize\setlength{\tabcolsep}{3pt}}
-\AtBeginEnvironment{longtable}{\footnotesize\setlength{\tabcolsep}{3pt}}
-\let\AttnRefUpquote\sphinxupquote
-\protected\def\AttnRefUnderscore{\discretionary{\textunderscore}{}{\textunderscore}}
-\protected\def\sphinxupquote#1{\AttnRefUpquote{\let\_\AttnRefUnderscore#1}}
-""",
+    "fontpkg": "",  # attention_ref.sty sets the fonts
+    "preamble": r"\usepackage{attention_ref}",
     # Sphinx titles the table of contents with the first toctree's caption ("Start here"): it is the contents.
-    "tableofcontents": "\\renewcommand{\\contentsname}{Contents}\\sphinxtableofcontents",
+    "tableofcontents": r"\renewcommand{\contentsname}{Contents}\sphinxtableofcontents",
     "figure_align": "H",  # a figure stays beside the text that describes it
     "sphinxsetup": "verbatimwrapslines=true, verbatimforcewraps=true, verbatimmaxunderfull=0",
 }
-latex_use_xindy = True
-
 epub_basename = "attention_ref"
-epub_title = project
-epub_author = author
-epub_publisher = author
-epub_copyright = copyright
 epub_show_urls = "no"
 epub_use_index = False
