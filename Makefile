@@ -20,7 +20,8 @@ BUILD := docs/_build
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 1700000000)
 export SOURCE_DATE_EPOCH
 
-.PHONY: all lock upgrade-deps venv docs docs-clean notebooks serve test test-fast lint bench bench-quick chromium clean
+.PHONY: all lock upgrade-deps venv docs pdf epub docs-clean notebooks serve test test-fast lint bench bench-quick chromium tex \
+	clean
 
 all: test
 
@@ -43,6 +44,18 @@ venv: $(TEST_STAMP)
 ## execution cache go to docs/_build/doctrees, beside the site rather than inside it.
 docs: $(DOCS_STAMP)
 	$(PY) -m sphinx $(SPHINXOPTS) -b html -d $(BUILD)/doctrees docs $(BUILD)/html
+
+## The book to keep: one PDF (docs/_build/latex/attention_ref.pdf, LaTeX with latexmk and XeLaTeX, as Read the Docs
+## builds it) and one EPUB (docs/_build/epub/attention_ref.epub). Both read the doctrees and the execution cache of
+## `make docs`, so no chapter runs twice; both are as strict as the site. The PDF's LaTeX log is then checked for
+## undefined references, missing characters and overfull lines (docs/_ext/_latex_log.py).
+pdf: $(DOCS_STAMP) tex
+	$(PY) -m sphinx $(SPHINXOPTS) -b latex -d $(BUILD)/doctrees docs $(BUILD)/latex
+	max_print_line=10000 $(MAKE) -C $(BUILD)/latex LATEXMKOPTS=-silent all-pdf
+	$(PY) docs/_ext/_latex_log.py $(BUILD)/latex/attention_ref.log
+
+epub: $(DOCS_STAMP) tex
+	$(PY) -m sphinx $(SPHINXOPTS) -b epub -d $(BUILD)/doctrees docs $(BUILD)/epub
 
 docs-clean:
 	rm -rf docs/_build
@@ -68,7 +81,7 @@ serve: $(LIVE_STAMP) docs
 ## (On 2 cores, run alternately: 2 workers 142 and 144 s, 273 CPU-seconds each; 3 workers 145 and 153 s,
 ## 286 and 301 CPU-seconds, the extra browser and its contention costing more than the idle time it fills.)
 TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 1)
-test: $(TEST_STAMP) docs chromium
+test: $(TEST_STAMP) docs chromium tex
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal
 
 ## Only the package's tests and doctests (no book, no browser, no wheel in a fresh environment).
@@ -86,13 +99,29 @@ bench: $(TEST_STAMP)
 bench-quick: $(TEST_STAMP)
 	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(PY) benchmarks/run.py --quick
 
-## Debian's Chromium for the browser tests (Playwright's own download does not work offline).
+## Debian's Chromium for the browser tests (Playwright's own download does not work offline), and the tools
+## tests/test_live.py probes `make serve` with as another local user would (setpriv, ss, curl).
 chromium:
-	@if [ -x /usr/bin/chromium ]; then :; \
+	@if [ -x /usr/bin/chromium ] && command -v setpriv ss curl >/dev/null; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium util-linux \
+			iproute2 curl >/dev/null) \
 		|| echo "warning: could not install chromium; browser tests will skip (or fail in CI)"; \
-	else echo "note: /usr/bin/chromium missing and not root; browser tests will skip"; fi
+	else echo "note: /usr/bin/chromium, setpriv, ss or curl missing and not root; browser tests will skip"; fi
+
+## Debian's TeX Live and fonts for `make pdf` (latexmk, XeLaTeX, xindy, DejaVu), latex and dvisvgm for the EPUB's
+## equations, and the tools tests/test_pdf_epub.py reads both with (poppler-utils, epubcheck, tesseract-ocr).
+TEX_PACKAGES := latexmk texlive-xetex texlive-latex-recommended texlive-latex-extra texlive-fonts-recommended \
+	tex-gyre fonts-freefont-otf fonts-dejavu-core xindy dvisvgm poppler-utils epubcheck tesseract-ocr
+TEX_TOOLS := latexmk xelatex xindy dvisvgm pdftotext pdftoppm epubcheck tesseract
+tex:
+	@missing=; for tool in $(TEX_TOOLS); do command -v $$tool >/dev/null || missing="$$missing $$tool"; done; \
+	if [ -z "$$missing" ] && [ -n "$$(fc-list 'DejaVu Sans Mono' 2>/dev/null)" ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+			$(TEX_PACKAGES) >/dev/null) \
+		|| echo "warning: could not install TeX Live; make pdf fails and the PDF/EPUB tests skip (or fail in CI)"; \
+	else echo "note: missing$$missing (not root); install: apt-get install $(TEX_PACKAGES)"; fi
 
 ## The lock. Each file pins a set of extras for Python 3.11; live.txt and test.txt are resolved within the one
 ## before them, so the three agree on every package they share. docs.txt and live.txt hold for any platform (Read

@@ -29,6 +29,7 @@ extensions = [
     "numpydoc",
     "sphinx.ext.intersphinx",
     "sphinx.ext.mathjax",
+    "sphinx.ext.imgmath",  # the EPUB's equations, as SVG images (epub_math_renderer below)
     "sphinx_copybutton",
     # Local extensions (_ext/):
     "execution_cache",  # execution cache keyed on the package source; deterministic, quiet chapter runs
@@ -43,9 +44,15 @@ extensions = [
     "reading_time",  # each page's reading time under its title; the reading paths' totals on the landing page
     "explorables",  # figures to play with on the static page: every state computed at build time, shown by a script
     "dropdowns",  # admonitions with the dropdown class ("Going deeper") fold as <details>, with no script
+    "print_edition",  # PDF and EPUB: solutions under a heading after their exercise, no folded cells
+    "epub_math",  # the EPUB's equations as images (epub_math_renderer), the site's with MathJax
+    "epub_styles",  # the EPUB: its theme's stylesheets only (epubcheck rejects the site's)
+    "latex_book",  # the PDF: every page a chapter, each toctree caption of the landing page a part
 ]
 
-exclude_patterns = ["_build", "_ext", "**.ipynb_checkpoints", "jupyter_execute", "_inventories", "_templates"]
+exclude_patterns = [
+    "_build", "_ext", "_latex", "**.ipynb_checkpoints", "jupyter_execute", "_inventories", "_templates"
+]
 templates_path = ["_templates"]
 nitpicky = True
 nitpick_ignore: list[tuple[str, str]] = []  # kept empty on purpose: prefer numpydoc_xref_aliases below
@@ -64,6 +71,13 @@ nb_merge_streams = True
 # Anything a cell writes to stderr (a warning, a stray log line) becomes a Sphinx warning, i.e. a build
 # error under -W: every cell must run cleanly.
 nb_output_stderr = "warn"
+# A cell output offering an interactive view (text/html, scripts, widgets) and a still one (image/png) shows the
+# still one in the EPUB, as the LaTeX builder does already (it renders no HTML): e-readers run no page scripts.
+nb_mime_priority_overrides = [
+    ("epub", "application/vnd.jupyter.widget-view+json", None),
+    ("epub", "application/javascript", None),
+    ("epub", "text/html", 70),  # after image/png (50), image/jpeg (60); before text/markdown and text/plain
+]
 
 # -- API reference (autodoc, autosummary, numpydoc) -----------------------------
 
@@ -117,6 +131,10 @@ intersphinx_mapping = {
 # -- Math ----------------------------------------------------------------------
 
 mathjax_path = "mathjax/tex-chtml.js"  # the copy sphinx-mathjax-offline (MathJax 3.2.2) puts in _static/
+html_math_renderer = "mathjax"  # the site; LaTeX typesets the PDF's
+epub_math_renderer = "imgmath"  # e-readers run no MathJax (_ext/epub_math.py)
+imgmath_image_format = "svg"  # latex + dvisvgm (Debian's TeX Live, make tex)
+imgmath_font_size = 14
 
 # -- HTML output -----------------------------------------------------------------
 
@@ -147,3 +165,22 @@ html_context = {"default_mode": "auto"}
 
 copybutton_prompt_text = r">>> |\.\.\. |\$ "
 copybutton_prompt_is_regexp = True
+
+# -- PDF (LaTeX) and EPUB: the same executed doctrees, `make pdf` and `make epub` ----------------------
+
+latex_engine = "xelatex"  # as Read the Docs builds PDFs: latexmk with XeLaTeX
+# Title and author are LaTeX.
+latex_documents = [("index", "attention_ref.tex", r"attention\_ref", r"The attention\_ref developers", "manual")]
+latex_show_urls = "footnote"
+latex_additional_files = ["_latex/attention_ref.sty"]  # fonts (DejaVu), tables, breaks in inline code
+latex_elements = {
+    "fontpkg": "",  # attention_ref.sty sets the fonts
+    "preamble": r"\usepackage{attention_ref}",
+    # Sphinx titles the table of contents with the first toctree's caption ("Start here"): it is the contents.
+    "tableofcontents": r"\renewcommand{\contentsname}{Contents}\sphinxtableofcontents",
+    "figure_align": "H",  # a figure stays beside the text that describes it
+    "sphinxsetup": "verbatimwrapslines=true, verbatimforcewraps=true, verbatimmaxunderfull=0",
+}
+epub_basename = "attention_ref"
+epub_show_urls = "no"
+epub_use_index = False

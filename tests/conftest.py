@@ -173,7 +173,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 # at the end fill the gaps, leaving the workers finishing within seconds of each other. (With --dist load,
 # the browser tests queued on one worker ran 35 to 41 s after the other two had finished.)
 _SLOW_FIRST = (
-    "test_docs_reproducible.py", "test_docs_build.py", "test_doctests_plain.py", "test_lint.py", "test_site.py"
+    "test_pdf_epub.py", "test_docs_reproducible.py", "test_docs_build.py", "test_doctests_plain.py", "test_lint.py",
+    "test_site.py",
 )
 
 

@@ -39,7 +39,7 @@ def test_every_extension_says_what_it_corrects_and_is_loaded_by_conf(ext):
 
 def test_conf_is_configuration_only():
     conf = (ROOT / "docs" / "conf.py").read_text()
-    assert len(conf.splitlines()) < 150
+    assert len(conf.splitlines()) < 200  # 150 until the PDF and EPUB settings (issue 30) came in
     assert "def " not in conf and "lambda" not in conf
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
+from _builders import is_website
 from _upstream import require
 from myst_nb import sphinx_ext
 
@@ -29,7 +30,7 @@ add_global_html_resources = require(
 
 
 def copy_late_assets_early(app):
-    if app.builder.format != "html":
+    if not is_website(app.builder):
         return
     (Path(app.outdir) / "_static").mkdir(parents=True, exist_ok=True)
     copy_mathjax_files(app, None)

@@ -38,6 +38,7 @@ import re
 import tomllib
 from pathlib import Path
 
+from _builders import is_website
 from sphinx.util import logging
 
 logger = logging.getLogger(__name__)
@@ -111,7 +112,7 @@ def configure_repository(app, config):
 
 
 def add_client(app):
-    if app.builder.format != "html":
+    if not is_website(app.builder):
         return
     settings = json.dumps(getattr(app, "live_code_settings", {"binder": None}), sort_keys=True)
     app.add_js_file(None, body=f"window.attentionRefLiveCodeConfig = {settings};")

@@ -17,15 +17,20 @@ The kept set is written out here for MathJax 3.2.2. ``tests/test_mathjax_prune.p
 names the shipped scripts hold, and ``tests/test_site.py`` checks in Chromium that math renders and the menu's
 components load with no failed request.
 
+The PDF and the EPUB load no MathJax (``epub_math``), but sphinx-mathjax-offline copies it into every builder's
+output: there the whole copy is removed.
+
 Public API only: the ``build-finished`` event (after sphinx-mathjax-offline's handler, priority 900).
 Verified with sphinx-mathjax-offline 0.0.2 (MathJax 3.2.2) and Sphinx 9.0.4.
 """
 
 from __future__ import annotations
 
+import shutil
 from fnmatch import fnmatchcase
 from pathlib import Path
 
+from _builders import is_website
 from sphinx.errors import ExtensionError
 
 COMPONENT = "mathjax/tex-chtml.js"
@@ -67,12 +72,15 @@ def prune(root):
 
 
 def prune_mathjax(app, exception):
-    if exception is not None or app.builder.format != "html":
+    if exception is not None:
+        return
+    root = Path(app.outdir) / "_static" / "mathjax"
+    if not is_website(app.builder):
+        shutil.rmtree(root, ignore_errors=True)
         return
     if app.config.mathjax_path != COMPONENT:
         raise ExtensionError(f"mathjax_prune keeps the files of {COMPONENT}, but mathjax_path is "
                              f"{app.config.mathjax_path!r}: update its KEEP list for that component")
-    root = Path(app.outdir) / "_static" / "mathjax"
     if root.is_dir():
         prune(root)
 

@@ -44,6 +44,7 @@ import re
 from pathlib import Path
 
 import nbformat
+from _builders import is_website
 from _notebook_markdown import Book, for_readers, glue_values
 from exact_streams import merge_streams
 from explorables import still_figures
@@ -175,8 +176,9 @@ def numbered(notebook):
 
 
 def _executed(app, pagename):
-    """MyST-NB's executed notebook of the page, if the page is a notebook (else None)."""
-    if "kernelspec" not in app.env.metadata.get(pagename, {}):
+    """MyST-NB's executed notebook of the page, if the page is a notebook of the site (else None: the EPUB offers
+    no downloads)."""
+    if not is_website(app.builder) or "kernelspec" not in app.env.metadata.get(pagename, {}):
         return None
     executed = Path(app.outdir).parent / "jupyter_execute" / f"{pagename}.ipynb"
     return executed if executed.is_file() else None
