@@ -387,8 +387,8 @@ def flex_attention_backward(q, k, v, dout, score_mod=None, mask_mod=None, *, sco
 
     .. math::
 
-        dV = P^\top dO, \qquad dX = P \circ (dO\, V^\top - D), \qquad
-        dU = dX \circ f'(u), \qquad dQ = \sigma\, dU K, \qquad
+        dV &= P^\top dO, \qquad dX = P \circ (dO\, V^\top - D), \\
+        dU &= dX \circ f'(u), \qquad dQ = \sigma\, dU K, \qquad
         dK = \sigma\, dU^\top Q,
 
     each tile recomputed from the forward's log-sum-exp as in

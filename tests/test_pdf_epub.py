@@ -74,7 +74,7 @@ def books():
 
 class _Collect(HTMLParser):
     """The text of the first <h1>, of every ``pasted-text`` span, paragraph, admonition title and <figcaption>
-    (math as MathJax source, between ``\\(`` and ``\\)``)."""
+    outside the explorable figures (math as MathJax source, between ``\\(`` and ``\\)``)."""
 
     def __init__(self):
         super().__init__()
@@ -89,6 +89,11 @@ class _Collect(HTMLParser):
             kind = "title"
         elif tag == "span" and "pasted-text" in classes:
             kind = "glued"
+        elif tag == "figure" and "explorable" in classes:
+            kind = "explorable"
+        elif tag == "figcaption" and any(k == "explorable" for _, k, _ in self._stack):
+            # An explorable figure (docs/_ext/explorables.py) is its still image in print, titled inside the image.
+            kind = "explorable caption"
         elif tag == "figcaption":
             kind = "caption"
         elif tag == "p" and "admonition-title" in classes:
