@@ -712,26 +712,19 @@ def main(argv=None) -> int:
                          shapes_settings=shape_settings(args))
         return 0
 
-    if args.only_flex:
-        flex_run = bench_flex(args.memory_n)
-        print(fmt_flex(flex_run))
-        if args.write:
-            merge_record(args.write, "flex_run", flex_run=flex_run)
-        return 0
-
-    if args.only_paged:
-        paged = bench_paged(args.shape_repeats)
-        print(fmt_paged(paged))
-        if args.write:
-            merge_record(args.write, "paged", paged=paged)
-        return 0
-
-    if args.only_window:
-        only = bench_window(args.window_n)
-        print(fmt_window(only))
-        if args.write:
-            merge_record(args.write, "window_run", window_run=only)
-        return 0
+    # The sections that run alone and record one result under their own name.
+    alone = [
+        (args.only_flex, "flex_run", lambda: bench_flex(args.memory_n), fmt_flex),
+        (args.only_paged, "paged", lambda: bench_paged(args.shape_repeats), fmt_paged),
+        (args.only_window, "window_run", lambda: bench_window(args.window_n), fmt_window),
+    ]
+    for wanted, name, run, fmt in alone:
+        if wanted:
+            result = run()
+            print(fmt(result))
+            if args.write:
+                merge_record(args.write, name, **{name: result})
+            return 0
 
     info = machine()
     print("machine:", json.dumps(info, indent=1))
