@@ -14,6 +14,8 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from ._interop import DeviceCopyError, to_numpy
+
 __all__: list[str] = []  # private module
 
 _FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
@@ -80,7 +82,9 @@ def as_real_array(x, name: str, *, fp8: bool = False) -> np.ndarray:
         arr = x
     else:
         try:
-            arr = np.asarray(x)
+            arr = to_numpy(x, name)
+        except DeviceCopyError:
+            raise
         except (TypeError, ValueError) as exc:
             raise TypeError(f"{name} must be array-like of real numbers; got {type(x).__name__}: {exc}") from None
     if is_bfloat16(arr.dtype) or (fp8 and is_fp8(arr.dtype)):
@@ -103,7 +107,9 @@ def as_real_array(x, name: str, *, fp8: bool = False) -> np.ndarray:
 def as_bool_mask(mask, name: str = "mask") -> np.ndarray:
     """Return `mask` as a boolean ndarray; any other dtype is a TypeError."""
     try:
-        arr = np.asarray(mask)
+        arr = to_numpy(mask, name)
+    except DeviceCopyError:
+        raise
     except (TypeError, ValueError) as exc:
         raise TypeError(
             f"{name} must be a boolean array (True = may attend); got {type(mask).__name__}: {exc}"
@@ -324,7 +330,9 @@ def as_int_array(x, name: str, ndim: int, layout: str) -> np.ndarray:
     An empty list (which NumPy makes float64) counts as integers, so that its shape is what gets checked.
     """
     try:
-        arr = np.asarray(x)
+        arr = to_numpy(x, name)
+    except DeviceCopyError:
+        raise
     except (TypeError, ValueError) as exc:
         raise TypeError(f"{name} must be an array of integers {layout}; got {type(x).__name__}: {exc}") from None
     if arr.size == 0 and arr.dtype == np.float64:

@@ -9,14 +9,8 @@ from conftest import require
 from plain_options import reference_with_options
 
 import attention_ref as ar
-from attention_ref.testing import (
-    _EPS,
-    _naive_attention,
-    _naive_backward,
-    assert_attention_close,
-    assert_attention_grads_close,
-    assert_lse_close,
-)
+from attention_ref.testing import assert_attention_close, assert_attention_grads_close, assert_lse_close
+from attention_ref.testing._checks import _EPS, _naive_attention, _naive_backward
 
 DTYPES = ["float16", "bfloat16", "float32", "float64"]
 

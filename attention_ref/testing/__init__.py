@@ -1,0 +1,23 @@
+r"""Checking an attention kernel against attention_ref: `assert_attention_close`.
+
+A kernel in float16 or bfloat16 cannot match a float64 reference to a fixed
+tolerance that suits every problem: its rounding error grows with the scores,
+the sequence length and the values. `assert_attention_close` therefore
+measures the kernel against what rounding alone costs, as FlashAttention's
+tests do: it computes the float64 reference and the textbook formula
+evaluated in the kernel's own dtype (the *baseline*), and asks the kernel to
+be at most ``factor`` times as far from the reference as that baseline.
+
+Examples
+--------
+>>> import numpy as np
+>>> from attention_ref import blockwise_attention
+>>> from attention_ref.testing import assert_attention_close
+>>> rng = np.random.default_rng(0)
+>>> q, k, v = rng.standard_normal((3, 2, 16, 8)).astype(np.float16)
+>>> assert_attention_close(blockwise_attention(q, k, v, block_size=4), q, k, v)
+"""
+
+from ._checks import assert_attention_close, assert_attention_grads_close, assert_lse_close
+
+__all__ = ["assert_attention_close", "assert_attention_grads_close", "assert_lse_close"]
