@@ -144,7 +144,8 @@ def test_checker_fails_broken_fp8_kernels(breakage):
 
 def test_the_fp8_baseline_rounds_the_weights_to_fp8():
     # FA3's intermediate_dtype: a baseline without that rounding is several times closer to the reference.
-    from attention_ref.testing._checks import _dequantized, _naive_attention
+    from attention_ref.testing._baseline import _naive_attention
+    from attention_ref.testing._problem import _dequantized
 
     q8, k8, v8, options = fp8_problem(5)
     q, k, v, plain, fp8 = _dequantized(q8, k8, v8, options)

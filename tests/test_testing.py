@@ -124,7 +124,9 @@ FAILURE = re.compile(
     r"(?P<factor>\S+) \* (?P<base>\S+) \+ (?P<atol>\S+) = (?P<bound>\S+)\n"
     r"largest error (?P<err>\S+) at index (?P<index>\([\d, ]+\)): actual (?P<actual>\S+), "
     r"reference (?P<reference>\S+), baseline's error there (?P<there>\S+)\n"
-    r"ratio to the baseline's largest error: (?P<ratio>\S+)$"
+    r"ratio to the baseline's largest error: (?P<ratio>\S+)\n"
+    r"(?P<nonfinite>non-finite values in actual: [^\n]+\n)?"
+    r"where they are:\n(?P<where>(?:[^\n]+\n?)+)$"
 )
 
 

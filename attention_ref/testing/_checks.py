@@ -1,170 +1,24 @@
-"""The checkers' rule: a kernel's result against the float64 reference and a naive baseline in its dtype."""
+"""The checkers: a kernel's output, log-sum-exp and gradients against the float64 reference, by one rule."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from .._options import DROPOUT
-from .._validation import as_real_array, check_real, is_bfloat16, is_fp8
-from ..attention import prepare_attention, scaled_dot_product_attention
-from ..backward import AttentionGrads, attention_backward, finish_grads
-from ..fp8 import dequantize_inputs
+from .._interop import to_numpy
+from .._validation import as_real_array
+from ..backward import AttentionGrads, _sum_groups, _sum_to
+from ._baseline import _naive_attention, _naive_backward  # noqa: F401  (the tests read the baselines here)
+from ._problem import Problem, check_empty_rows, empty_expected, output_array
+from ._rule import ATOL_UNITS, ATOL_UNITS_GRAD, ATOL_UNITS_LSE, check_tolerances, compare, judged_dtype, widened_hint
+from ._rule import EPS as _EPS  # noqa: F401  (the tests read the machine epsilons here)
 
 __all__ = ["assert_attention_close", "assert_attention_grads_close", "assert_lse_close"]
 
-#: Machine epsilon (spacing of the numbers just above 1) of each dtype `actual` may have.
-_EPS = {"float16": 2.0**-10, "bfloat16": 2.0**-7, "float32": 2.0**-23, "float64": 2.0**-52}
-#: Default `atol` in units of ``eps * max|reference|``: one unit where the baseline's rounding dominates
-#: (16-bit), sixteen where the kernel and the baseline are equally precise (float32) or the reference is
-#: no more precise than the kernel (float64).
-_ATOL_UNITS = {"float16": 1.0, "bfloat16": 1.0, "float32": 16.0, "float64": 16.0}
-#: Options of scaled_dot_product_attention that make no sense for comparing one deterministic output
-#: (``dropout_p`` is one unless a ``dropout_mask`` makes the dropout deterministic).
-_NOT_OPTIONS = ("return_weights", "dropout_p", "rng")
-
-
-def _check_deterministic(options: dict, function: str) -> None:
-    """Raise TypeError if `options` make the call random or ask for more than the output."""
-    for name in _NOT_OPTIONS:
-        if name in options and not (name == "dropout_p" and options.get("dropout_mask") is not None):
-            raise TypeError(
-                f"{function} checks one deterministic call; {name} is not an option here"
-                + (" without dropout_mask, the kernel's own keep-mask" if name == "dropout_p" else "")
-            )
 #: The bases a kernel's log-sum-exp may have, each with the factor turning a natural log into it.
 _LOG_BASES = {"e": 1.0, 2: 1.0 / np.log(2.0)}
 
 
-def _output_array(actual, name: str = "actual") -> np.ndarray:
-    """`actual` as a float16/32/64 or bfloat16 ndarray; integers, booleans and the rest are a TypeError."""
-    if isinstance(actual, np.ndarray):
-        original = actual.dtype
-    else:
-        try:
-            original = np.asarray(actual).dtype
-        except (TypeError, ValueError):
-            original = np.dtype(object)  # as_real_array below names the problem
-    arr = as_real_array(actual, name)
-    if original.kind in "iu":
-        raise TypeError(
-            f"{name} must be a kernel's floating-point output (float16, float32, float64 or bfloat16); "
-            f"got dtype {original}"
-        )
-    return arr
-
-
-def _rounding(dtype: np.dtype):
-    """``(rnd, work)``: rounding of every step to `dtype`, computed in `work` (float32 for 16-bit dtypes)."""
-    rounds = dtype.itemsize < 4  # float16, bfloat16: products accumulate in float32, each step is rounded
-    work = np.dtype(np.float32) if rounds else dtype
-
-    def rnd(x):
-        return x.astype(dtype).astype(work) if rounds else x.astype(work, copy=False)
-
-    return rnd, work
-
-
-def _dequantized(q, k, v, options: dict):
-    """``(q, k, v, options, fp8)``: float64 copies of what the kernel's inputs stand for, and the rest.
-
-    fp8 arrays are dequantized by their descales (exactly, in float64) and the descales leave the options;
-    ``fp8`` is the fp8 dtype of the input (None when no array is fp8).
-    """
-    options = dict(options)
-    fp8 = next((a.dtype for a in (q, k, v) if is_fp8(getattr(a, "dtype", None))), None)
-    arrays = [np.asarray(a).astype(np.float64) if is_fp8(getattr(a, "dtype", None))
-              else as_real_array(a, name).astype(np.float64) for a, name in ((q, "q"), (k, "k"), (v, "v"))]
-    q64, k64, v64, _ = dequantize_inputs(arrays[0], arrays[1], arrays[2], options)
-    return q64, k64, v64, options, fp8
-
-
-def _naive_forward(q, k, v, dtype: np.dtype, options: dict, intermediate=None):
-    """The textbook forward with every step rounded to `dtype`: ``(p, weights, capped, sink_weight, out, lse, kept)``.
-
-    ``capped`` is ``tanh(s / c)`` of the soft cap (None without one), ``sink_weight`` each row's weight on
-    its sink (None without sinks); ``out`` is not broadcast to the output's batch shape. ``lse`` (..., L) is
-    ``rd(m + rd(log Z))``, ``-inf`` for a row whose denominator is zero. With a dropout mask, ``kept`` is
-    ``keep / (1 - dropout_p)`` (..., L, S), which multiplies the weights before the product with the values
-    (``weights`` are those before dropout); None without one. An `intermediate` dtype (fp8) rounds the weights
-    once more before that product, FlashAttention 3's ``intermediate_dtype``.
-    """
-    rnd, work = _rounding(dtype)
-    q, k, v = (as_real_array(a, name).astype(dtype) for a, name in ((q, "q"), (k, "k"), (v, "v")))
-    p = prepare_attention(q, k, v, **options)  # the package's own masks, window, bias and ALiBi
-    sinks = p.sinks
-    capped = sink_weight = None
-    with np.errstate(invalid="ignore", over="ignore"):  # overflow to inf and NaN are the baseline's own
-        s = rnd(p.q.astype(work) @ np.swapaxes(p.k.astype(work), -1, -2))  # (..., L, S)
-        s = rnd(s * work.type(p.scale))
-        if p.softcap is not None:
-            tanh = np.tanh(s / work.type(p.softcap))
-            s, capped = rnd(tanh * work.type(p.softcap)), rnd(tanh)
-        extra = p.additive()
-        if extra is not None:
-            s = rnd(s + rnd(extra.astype(work)))
-        top = s.max(axis=-1, keepdims=True, initial=-np.inf)  # (..., L, 1)
-        if sinks is not None:
-            sinks = rnd(np.asarray(sinks).astype(work))[..., None, None]
-            top = np.maximum(top, sinks)
-        top = np.where(np.isfinite(top), top, 0.0).astype(work)
-        e = rnd(np.exp(rnd(s - top)))
-        total = e.sum(axis=-1, keepdims=True)
-        if sinks is not None:
-            sink_e = rnd(np.exp(rnd(sinks - top)))
-            total = total + sink_e
-        total = rnd(total)
-        safe_total = np.where(total > 0, total, 1.0)
-        weights = rnd(e / safe_total)  # rows with no allowed key: zeros
-        if sinks is not None:
-            sink_weight = rnd(sink_e / safe_total)[..., 0]  # (..., L)
-        if intermediate is not None:
-            weights = weights.astype(intermediate).astype(work)
-        kept = None
-        if p.has_dropout:  # only with a given mask: the checkers take no generator
-            kept = p.keep(weights.shape) * work.type(1.0 / (1.0 - p.dropout_p))  # (..., L, S)
-        out = rnd((weights if kept is None else rnd(weights * kept)) @ p.v.astype(work))  # (..., L, Ev)
-        lse = rnd(top + rnd(np.log(safe_total)))[..., 0]  # (..., L)
-        lse[(total == 0)[..., 0]] = -np.inf
-    return p, weights, capped, sink_weight, out, lse, kept
-
-
-def _naive_attention(q, k, v, dtype: np.dtype, options: dict, intermediate=None) -> np.ndarray:
-    """The textbook formula with every step rounded to `dtype` (the baseline; see assert_attention_close)."""
-    p, _, _, _, out, _, _ = _naive_forward(q, k, v, dtype, options, intermediate)
-    return np.broadcast_to(out, p.out_shape).astype(dtype)
-
-
-def _naive_backward(q, k, v, dout, dtype: np.dtype, options: dict) -> AttentionGrads:
-    """The textbook backward with every step rounded to `dtype` (the baseline of assert_attention_grads_close)."""
-    rnd, work = _rounding(dtype)
-    p, w, capped, sink_weight, out, _, kept = _naive_forward(q, k, v, dtype, options)
-    do = rnd(as_real_array(dout, "dout").astype(work))
-    with np.errstate(invalid="ignore", over="ignore"):
-        dropped = w if kept is None else rnd(w * kept)
-        dv = rnd(np.swapaxes(dropped, -1, -2) @ do)  # (..., S, Ev)
-        dp = rnd(do @ np.swapaxes(p.v.astype(work), -1, -2))  # (..., L, S)
-        if kept is not None:
-            dp = rnd(dp * kept)  # the gradient reaching the weights before dropout
-        delta = rnd(np.sum(rnd(do * out), axis=-1))  # (..., L)
-        dx = rnd(w * rnd(dp - delta[..., None]))  # the bias's gradient
-        ds = dx if capped is None else rnd(dx * rnd(1 - rnd(capped * capped)))
-        dq = rnd(rnd(ds @ p.k.astype(work)) * work.type(p.scale))
-        dk = rnd(rnd(np.swapaxes(ds, -1, -2) @ p.q.astype(work)) * work.type(p.scale))
-        dsinks = None if sink_weight is None else rnd(-np.sum(rnd(sink_weight * delta), axis=-1))
-    return finish_grads(p, q, k, v, options, dq, dk, dv, dx, dsinks, dtype=dtype)
-
-
-def _errors(actual: np.ndarray, reference: np.ndarray) -> np.ndarray:
-    """``|actual - reference|`` in float64: inf where actual is NaN or misses a finite reference,
-    0 where both hold the same non-finite value (non-finite input)."""
-    a = actual.astype(np.float64)
-    with np.errstate(invalid="ignore", over="ignore"):
-        err = np.abs(a - reference)
-    same = (a == reference) | (np.isnan(a) & np.isnan(reference))
-    return np.where(same, 0.0, np.where(np.isnan(err), np.inf, err))
-
-
-def assert_attention_close(actual, q, k, v, *, factor=2.0, atol=None, **options):
+def assert_attention_close(actual, q, k, v, *, factor=2.0, atol=None, dtype=None, empty_rows="zeros", **options):
     r"""Assert that a kernel's attention output is as accurate as its dtype allows.
 
     Passes when every element of `actual` is within ``factor`` times the
@@ -323,30 +177,38 @@ def assert_attention_close(actual, q, k, v, *, factor=2.0, atol=None, **options)
     allowed: factor * (naive float16 baseline's largest error) + atol = 2 * 0.000996 + 0.00224 = 0.00423
     largest error 3.21 at index (0, 0, 6): actual 1.49512, reference -1.71387, baseline's error there 0
     ratio to the baseline's largest error: 3.22e+03
+    where they are:
+    head 0: rows 0-14 (109 elements)
+    head 1: rows 0-14 (116 elements)
     """
-    _check_deterministic(options, "assert_attention_close")
-    actual = _output_array(actual)
-    factor = check_real(factor, "factor", minimum=0.0)
-    if atol is not None:
-        atol = check_real(atol, "atol", minimum=0.0)
-    dtype = np.dtype(actual.dtype)
-    q64, k64, v64, plain, fp8 = _dequantized(q, k, v, options)
-    reference = scaled_dot_product_attention(q64, k64, v64, **plain)
+    check = Problem(q, k, v, options, "assert_attention_close")
+    failure = output_failure(actual, check, factor=factor, atol=atol, dtype=dtype, empty_rows=empty_rows)
+    if failure:
+        raise AssertionError(failure)
+
+
+def output_failure(actual, check: Problem, *, factor, atol, dtype, empty_rows, what: str = "") -> str:
+    """The failure message of `assert_attention_close` for `check`, or ""."""
+    actual = output_array(actual)
+    factor, atol = check_tolerances(factor, atol)
+    judged = judged_dtype(actual, dtype)
+    empty_rows = check_empty_rows(empty_rows)
+    reference, lse = check.reference(lse=True)
     if actual.shape != reference.shape:
         raise ValueError(
             f"actual must have the shape of the attention output of q, k and v, {reference.shape}; "
             f"got {actual.shape}"
         )
-    if fp8 is None:
-        baseline = _naive_attention(q, k, v, dtype, options)
-    else:  # FlashAttention 3's: the dequantized inputs in the output's dtype, the weights rounded to fp8
-        baseline = _naive_attention(q64, k64, v64, dtype, plain, intermediate=fp8)
-    failure = _compare(actual, reference, baseline, factor, atol)
-    if failure:
-        raise AssertionError(failure)
+    baseline = np.broadcast_to(check.naive_output(judged), reference.shape)
+    empty = np.broadcast_to(lse == -np.inf, reference.shape[:-1])  # (..., L): no allowed key (nor sink)
+    reference, baseline, skip = empty_expected(reference, baseline, empty, empty_rows,
+                                               check.values_mean() if empty_rows == "mean" else None)
+    return compare(actual, reference, baseline, factor=factor, atol=atol, units=ATOL_UNITS, dtype=judged,
+                   what=what, skip=skip, empty=empty, widened=widened_hint(actual, dtype, check.inputs))
 
 
-def assert_lse_close(actual_lse, q, k, v, *, base="e", empty=-np.inf, factor=2.0, atol=None, **options):
+def assert_lse_close(actual_lse, q, k, v, *, base="e", empty=-np.inf, factor=2.0, atol=None, dtype=None,
+                     empty_rows="zeros", **options):
     r"""Assert that a kernel's log-sum-exp is as accurate as a float32 computation of it.
 
     Attention kernels return each query row's log-sum-exp, the logarithm of
@@ -441,71 +303,40 @@ def assert_lse_close(actual_lse, q, k, v, *, base="e", empty=-np.inf, factor=2.0
     allowed: factor * (naive float32 baseline's largest error) + atol = 2 * 3.27e-07 + 1.04e-05 = 1.11e-05
     largest error 2.42 at index (1, 13): actual 7.88563, reference 5.4659, baseline's error there 4.43e-08
     ratio to the baseline's largest error: 7.4e+06
+    where they are:
+    head 0: rows 0-15 (16 elements)
+    head 1: rows 0-15 (16 elements)
     """
-    _check_deterministic(options, "assert_lse_close")
-    options = {name: value for name, value in options.items() if name not in DROPOUT}  # lse: before dropout
-    actual = _output_array(actual_lse, "actual_lse")
+    check = Problem(q, k, v, options, "assert_lse_close")
+    actual = output_array(actual_lse, "actual_lse")
     if base not in _LOG_BASES:
         raise ValueError(f'base must be "e" or 2; got {base!r}')
     if not (isinstance(empty, (int, float, np.floating)) and np.isinf(empty)):
         raise ValueError(f"empty must be -inf or inf, the kernel's value for a row with no key; got {empty!r}")
-    factor = check_real(factor, "factor", minimum=0.0)
-    if atol is not None:
-        atol = check_real(atol, "atol", minimum=0.0)
-    q64, k64, v64, plain, _ = _dequantized(q, k, v, options)
-    _, reference = scaled_dot_product_attention(q64, k64, v64, return_lse=True, **plain)
+    factor, atol = check_tolerances(factor, atol)
+    empty_rows = check_empty_rows(empty_rows)
+    judged = np.dtype(np.float32) if dtype is None else judged_dtype(actual, dtype)
+    reference = check.reference_lse()
     if actual.shape != reference.shape:
         raise ValueError(
             f"actual_lse must have the shape of the output's rows (its shape without the last axis), "
             f"{reference.shape}; got {actual.shape}"
         )
-    _, _, _, _, _, baseline, _ = _naive_forward(q64, k64, v64, np.dtype(np.float32), plain)
-    baseline = np.broadcast_to(baseline, reference.shape).astype(np.float64)
+    baseline = np.broadcast_to(check.naive_lse(judged), reference.shape).astype(np.float64)
     per_nat = _LOG_BASES[base]  # 1 / log(base)
     no_key = reference == -np.inf
-    reference, baseline = (np.where(no_key, float(empty), x * per_nat) for x in (reference, baseline))
-    failure = _compare(actual, reference, baseline, factor, atol, baseline_name="float32")
+    expected = {"zeros": float(empty), "nan": np.nan}.get(empty_rows, float(empty))
+    reference, baseline = (np.where(no_key, expected, x * per_nat) for x in (reference, baseline))
+    skip = no_key if empty_rows in ("mean", "any") else None
+    failure = compare(actual, reference, baseline, factor=factor, atol=atol, units=ATOL_UNITS_LSE,
+                      dtype=judged_dtype(actual, dtype), baseline_name=None if dtype is not None else "float32",
+                      skip=skip, empty=no_key, rows_last=True)
     if failure:
         raise AssertionError(failure)
 
 
-def _dtype_name(dtype: np.dtype) -> str:
-    return "bfloat16" if is_bfloat16(dtype) else dtype.name
-
-
-def _compare(actual, reference, baseline, factor: float, atol, what: str = "", baseline_name=None) -> str:
-    """The failure message of the 2x rule (see assert_attention_close), or "" if `actual` passes.
-
-    The baseline is named by `baseline_name`, else by the dtype of `actual`.
-    """
-    dtype = np.dtype(actual.dtype)
-    name = _dtype_name(dtype)
-    finite = np.isfinite(reference)
-    scale = float(np.max(np.abs(reference[finite]), initial=0.0))
-    if atol is None:
-        atol = _ATOL_UNITS[name] * _EPS[name] * scale
-    err = _errors(actual, reference)
-    base_err = _errors(baseline, reference)
-    counted = finite & np.isfinite(base_err)
-    base_max = float(np.max(base_err[counted], initial=0.0))
-    bound = factor * base_max + atol
-    bad = err > bound
-    if not bad.any():
-        return ""
-    worst = np.unravel_index(np.argmax(np.where(bad, err, -1.0)), err.shape)
-    index = tuple(int(i) for i in worst)
-    ratio = err[worst] / base_max if base_max > 0 else np.inf
-    return (
-        f"{what}{int(bad.sum())} of {bad.size} elements are too far from the float64 reference\n"
-        f"allowed: factor * (naive {baseline_name or name} baseline's largest error) + atol = "
-        f"{factor:g} * {base_max:.3g} + {atol:.3g} = {bound:.3g}\n"
-        f"largest error {err[worst]:.3g} at index {index}: actual {float(actual[worst]):.6g}, "
-        f"reference {reference[worst]:.6g}, baseline's error there {base_err[worst]:.3g}\n"
-        f"ratio to the baseline's largest error: {ratio:.3g}"
-    )
-
-
-def assert_attention_grads_close(actual, q, k, v, dout, *, factor=2.0, atol=None, **options):
+def assert_attention_grads_close(actual, q, k, v, dout, *, factor=2.0, atol=None, dtype=None, empty_rows="zeros",
+                                 **options):
     r"""Assert that a kernel's attention gradients are as accurate as their dtype allows.
 
     The backward counterpart of `assert_attention_close`, by the same rule
@@ -611,31 +442,37 @@ def assert_attention_grads_close(actual, q, k, v, dout, *, factor=2.0, atol=None
     allowed: factor * (naive float16 baseline's largest error) + atol = 2 * 0.000595 + 0.000582 = 0.00177
     largest error 1.2 at index (1, 10, 4): actual 1.3252, reference 0.124797, baseline's error there 1.99e-05
     ratio to the baseline's largest error: 2.02e+03
+    where they are:
+    head 0: rows 0-15 (127 elements)
+    head 1: rows 0-15 (128 elements)
     dk: 250 of 256 elements are too far from the float64 reference
     allowed: factor * (naive float16 baseline's largest error) + atol = 2 * 0.00052 + 0.000537 = 0.00158
     largest error 1.24 at index (1, 2, 2): actual -1.48535, reference -0.24819, baseline's error there 0.000101
     ratio to the baseline's largest error: 2.38e+03
+    where they are:
+    head 0: rows 0-15 (124 elements)
+    head 1: rows 0-15 (126 elements)
     dv: 248 of 256 elements are too far from the float64 reference
     allowed: factor * (naive float16 baseline's largest error) + atol = 2 * 0.000387 + 0.000875 = 0.00165
     largest error 0.834 at index (0, 3, 5): actual -1.5, reference -0.665751, baseline's error there 0.000264
     ratio to the baseline's largest error: 2.15e+03
+    where they are:
+    head 0: rows 0-15 (123 elements)
+    head 1: rows 0-15 (125 elements)
     """
-    _check_deterministic(options, "assert_attention_grads_close")
+    check = Problem(q, k, v, options, "assert_attention_grads_close")
     if isinstance(actual, np.ndarray) or not isinstance(actual, (tuple, list)) or not 3 <= len(actual) <= 5:
         raise TypeError(
             "actual must be a sequence (dq, dk, dv) or (dq, dk, dv, dbias, dsinks), like AttentionGrads; "
             f"got {type(actual).__name__}" + (f" of length {len(actual)}" if isinstance(actual, (tuple, list)) else "")
         )
-    factor = check_real(factor, "factor", minimum=0.0)
-    if atol is not None:
-        atol = check_real(atol, "atol", minimum=0.0)
+    factor, atol = check_tolerances(factor, atol)
+    empty_rows = check_empty_rows(empty_rows)
     given = dict(zip(AttentionGrads._fields[: len(actual)], actual, strict=True))
-    wide = {name: options.get(name) for name in ("bias", "sinks") if options.get(name) is not None}
-    wide = {name: as_real_array(a, name).astype(np.float64) for name, a in wide.items()}
-    reference = attention_backward(
-        *(as_real_array(a, name).astype(np.float64) for a, name in ((q, "q"), (k, "k"), (v, "v"), (dout, "dout"))),
-        **{**options, **wide},
-    )
+    dout = to_numpy(dout, "dout")
+    reference = check.reference_grads(as_real_array(dout, "dout").astype(np.float64))
+    lse = check.reference_lse()
+    empty = lse == -np.inf  # (..., L): rows with no allowed key (nor sink)
     failures = []
     for field, grad in given.items():
         if grad is None:
@@ -643,11 +480,55 @@ def assert_attention_grads_close(actual, q, k, v, dout, *, factor=2.0, atol=None
         want = getattr(reference, field)
         if want is None:
             raise ValueError(f"actual has {field} but the options have no {field[1:]} to differentiate")
-        grad = _output_array(grad, f"actual.{field}")
+        grad = output_array(grad, f"actual.{field}")
         if grad.shape != want.shape:
             raise ValueError(f"actual.{field} must have the shape of {field[1:]}, {want.shape}; got {grad.shape}")
-        baseline = getattr(_naive_backward(q, k, v, dout, np.dtype(grad.dtype), options), field)
-        failures.append(_compare(grad, want, baseline, factor, atol, what=f"{field}: "))
+        judged = judged_dtype(grad, dtype)
+        baseline = getattr(check.naive_grads(dout, judged), field).astype(np.float64)
+        want, baseline, skip, rows = _empty_grads(field, want, baseline, empty, empty_rows, check, dout)
+        failures.append(compare(grad, want, baseline, factor=factor, atol=atol, units=ATOL_UNITS_GRAD,
+                                dtype=judged, what=f"{field}: ", skip=skip, empty=rows,
+                                widened=widened_hint(grad, dtype, check.inputs)))
     failures = [f for f in failures if f]
     if failures:
         raise AssertionError("\n".join(failures))
+
+
+def _empty_grads(field: str, want, baseline, empty, empty_rows: str, check: Problem, dout):
+    """``(want, baseline, skip, rows)`` of one gradient with the rows with no allowed key as `empty_rows` says.
+
+    ``rows`` marks dq's empty rows for the report (None for the other gradients). "zeros": nothing changes.
+    "mean" (the output is the values' mean there, a function of v alone): dq and dk as for zeros, and dv
+    gets ``dout / S`` from each empty row. "nan": dq's empty rows must be NaN, and dk, dv, dbias and dsinks
+    of a head holding an empty row are not checked (NaN reaches every key of that head). "any": dq's empty
+    rows and those heads' other gradients are not checked.
+    """
+    rows = _reduce_to(empty.astype(np.float64), want.shape[:-1]) > 0 if field == "dq" else None
+    if empty_rows == "zeros" or not empty.any():
+        return want, baseline, None, rows
+    if field == "dq":
+        mask = np.broadcast_to(rows[..., None], want.shape)
+        if empty_rows == "nan":
+            return np.where(mask, np.nan, want), np.where(mask, np.nan, baseline), None, rows
+        return want, baseline, (mask if empty_rows == "any" else None), rows
+    if empty_rows == "mean":
+        if field != "dv":
+            return want, baseline, None, None
+        # out_i = mean_j v_j on an empty row i: each key's value gets dout_i / S, per query head
+        rows_dout = np.where(empty[..., None], as_real_array(dout, "dout").astype(np.float64), 0.0)
+        extra = rows_dout.sum(axis=-2, keepdims=True) / want.shape[-2]  # (..., Hq, 1, Ev)
+        extra = _reduce_to(np.broadcast_to(extra, (*extra.shape[:-2], *want.shape[-2:])), want.shape)
+        return want + extra, baseline + extra, None, None
+    if field == "dbias":
+        touched = _reduce_to(empty.astype(np.float64)[..., None], (*want.shape[:-1], 1)) > 0  # the empty rows
+    else:  # dk, dv: every key of a head that an empty row reads; dsinks: a row with a sink is never empty
+        touched = _reduce_to(empty.any(axis=-1).astype(np.float64)[..., None, None],
+                             (*want.shape[:-2], 1, 1)) > 0 if field != "dsinks" else np.zeros((), bool)
+    return want, baseline, np.broadcast_to(touched, want.shape), None
+
+
+def _reduce_to(values: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """`values` (..., Hq, ...) summed to `shape`: over broadcast axes, and over grouped query heads on axis -3."""
+    if values.ndim >= 3 and len(shape) >= 3 and values.shape[-3] != shape[-3] and shape[-3] > 1:
+        values = _sum_groups(values, shape[-3])
+    return _sum_to(values, shape)

@@ -1,0 +1,175 @@
+"""The checkers' baselines: the textbook attention, forward and backward, with every step rounded to a dtype.
+
+The rule of `attention_ref.testing` compares a kernel with the float64 reference *and* with this naive
+computation in the kernel's own dtype: the kernel may be at most ``factor`` times as far from the reference
+as the baseline is. `naive_forward` and `naive_backward` take the options of
+`attention_ref.scaled_dot_product_attention`; `naive_flex_forward` and `naive_flex_backward` take a ``score_mod``
+and a ``mask_mod`` as `attention_ref.flex_attention` does, evaluated on the whole (L, S) score matrix.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._validation import as_real_array
+from ..attention import prepare_attention
+from ..backward import AttentionGrads, finish_grads
+from ..flex import _tile_mask, _tile_score
+
+__all__: list[str] = []  # private module
+
+
+def _rounding(dtype: np.dtype):
+    """``(rnd, work)``: rounding of every step to `dtype`, computed in `work` (float32 for 16-bit dtypes)."""
+    rounds = dtype.itemsize < 4  # float16, bfloat16: products accumulate in float32, each step is rounded
+    work = np.dtype(np.float32) if rounds else dtype
+
+    def rnd(x):
+        return x.astype(dtype).astype(work) if rounds else x.astype(work, copy=False)
+
+    return rnd, work
+
+
+def _naive_softmax(s, sinks, rnd, work):
+    """``(weights, sink_weight, lse)`` of scores `s` (..., L, S), every step rounded by `rnd`.
+
+    `sinks` (..., 1, 1) or None joins each row's denominator; ``sink_weight`` (..., L) is its weight (None
+    without sinks). A row whose denominator is zero (no allowed key, no sink) gets zero weights and an
+    ``lse`` of ``-inf``.
+    """
+    top = s.max(axis=-1, keepdims=True, initial=-np.inf)  # (..., L, 1)
+    if sinks is not None:
+        top = np.maximum(top, sinks)
+    top = np.where(np.isfinite(top), top, 0.0).astype(work)
+    e = rnd(np.exp(rnd(s - top)))
+    total = e.sum(axis=-1, keepdims=True)
+    if sinks is not None:
+        sink_e = rnd(np.exp(rnd(sinks - top)))
+        total = total + sink_e
+    total = rnd(total)
+    safe_total = np.where(total > 0, total, 1.0)
+    weights = rnd(e / safe_total)  # rows with no allowed key: zeros
+    sink_weight = None if sinks is None else rnd(sink_e / safe_total)[..., 0]  # (..., L)
+    lse = rnd(top + rnd(np.log(safe_total)))[..., 0]  # (..., L)
+    lse[(total == 0)[..., 0]] = -np.inf
+    return weights, sink_weight, lse
+
+
+def _naive_forward(q, k, v, dtype: np.dtype, options: dict, intermediate=None):
+    """The textbook forward with every step rounded to `dtype`: ``(p, weights, capped, sink_weight, out, lse, kept)``.
+
+    ``capped`` is ``tanh(s / c)`` of the soft cap (None without one), ``sink_weight`` each row's weight on
+    its sink (None without sinks); ``out`` is not broadcast to the output's batch shape. ``lse`` (..., L) is
+    ``rd(m + rd(log Z))``, ``-inf`` for a row whose denominator is zero. With a dropout mask, ``kept`` is
+    ``keep / (1 - dropout_p)`` (..., L, S), which multiplies the weights before the product with the values
+    (``weights`` are those before dropout); None without one. An `intermediate` dtype (fp8) rounds the weights
+    once more before that product, FlashAttention 3's ``intermediate_dtype``.
+    """
+    rnd, work = _rounding(dtype)
+    q, k, v = (as_real_array(a, name).astype(dtype) for a, name in ((q, "q"), (k, "k"), (v, "v")))
+    p = prepare_attention(q, k, v, **options)  # the package's own masks, window, bias and ALiBi
+    sinks = p.sinks
+    capped = None
+    with np.errstate(invalid="ignore", over="ignore"):  # overflow to inf and NaN are the baseline's own
+        s = rnd(p.q.astype(work) @ np.swapaxes(p.k.astype(work), -1, -2))  # (..., L, S)
+        s = rnd(s * work.type(p.scale))
+        if p.softcap is not None:
+            tanh = np.tanh(s / work.type(p.softcap))
+            s, capped = rnd(tanh * work.type(p.softcap)), rnd(tanh)
+        extra = p.additive()
+        if extra is not None:
+            s = rnd(s + rnd(extra.astype(work)))
+        if sinks is not None:
+            sinks = rnd(np.asarray(sinks).astype(work))[..., None, None]
+        weights, sink_weight, lse = _naive_softmax(s, sinks, rnd, work)
+        if intermediate is not None:
+            weights = weights.astype(intermediate).astype(work)
+        kept = None
+        if p.has_dropout:  # only with a given mask: the checkers take no generator
+            kept = p.keep(weights.shape) * work.type(1.0 / (1.0 - p.dropout_p))  # (..., L, S)
+        out = rnd((weights if kept is None else rnd(weights * kept)) @ p.v.astype(work))  # (..., L, Ev)
+    return p, weights, capped, sink_weight, out, lse, kept
+
+
+def _naive_attention(q, k, v, dtype: np.dtype, options: dict, intermediate=None) -> np.ndarray:
+    """The textbook formula with every step rounded to `dtype` (the baseline; see assert_attention_close)."""
+    p, _, _, _, out, _, _ = _naive_forward(q, k, v, dtype, options, intermediate)
+    return np.broadcast_to(out, p.out_shape).astype(dtype)
+
+
+def _naive_backward(q, k, v, dout, dtype: np.dtype, options: dict) -> AttentionGrads:
+    """The textbook backward with every step rounded to `dtype` (the baseline of assert_attention_grads_close)."""
+    rnd, work = _rounding(dtype)
+    p, w, capped, sink_weight, out, _, kept = _naive_forward(q, k, v, dtype, options)
+    do = rnd(as_real_array(dout, "dout").astype(work))
+    with np.errstate(invalid="ignore", over="ignore"):
+        dropped = w if kept is None else rnd(w * kept)
+        dv = rnd(np.swapaxes(dropped, -1, -2) @ do)  # (..., S, Ev)
+        dp = rnd(do @ np.swapaxes(p.v.astype(work), -1, -2))  # (..., L, S)
+        if kept is not None:
+            dp = rnd(dp * kept)  # the gradient reaching the weights before dropout
+        delta = rnd(np.sum(rnd(do * out), axis=-1))  # (..., L)
+        dx = rnd(w * rnd(dp - delta[..., None]))  # the bias's gradient
+        ds = dx if capped is None else rnd(dx * rnd(1 - rnd(capped * capped)))
+        dq = rnd(rnd(ds @ p.k.astype(work)) * work.type(p.scale))
+        dk = rnd(rnd(np.swapaxes(ds, -1, -2) @ p.q.astype(work)) * work.type(p.scale))
+        dsinks = None if sink_weight is None else rnd(-np.sum(rnd(sink_weight * delta), axis=-1))
+    return finish_grads(p, q, k, v, options, dq, dk, dv, dx, dsinks, dtype=dtype)
+
+
+
+class NaiveFlex:
+    """The textbook forward of a FlexAttention problem in `dtype`, with what its backward needs.
+
+    ``raw`` are the scaled scores before ``score_mod`` (B, Hq, L, S), ``weights`` the softmax, ``out``
+    (B, Hq, L, Ev) and ``lse`` (B, Hq, L); ``keys`` and ``values`` hold the key/value heads repeated for
+    each query head. The mods are evaluated once on the whole score matrix, in the working dtype.
+    """
+
+    def __init__(self, q, k, v, dtype: np.dtype, flex):
+        rnd, work = _rounding(dtype)
+        self.rnd, self.work, self.flex = rnd, work, flex
+        q, k, v = (as_real_array(a, name).astype(dtype) for a, name in ((q, "q"), (k, "k"), (v, "v")))
+        B, H, L, S = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
+        group = H // k.shape[1] if k.shape[1] else 1
+        self.q, self.k, self.v = q, k, v
+        self.keys, self.values = (np.repeat(a, group, axis=1).astype(work) for a in (k, v))  # (B|1, Hq, S, .)
+        self.index = (np.arange(B).reshape(-1, 1, 1, 1), np.arange(H).reshape(1, -1, 1, 1),
+                      np.arange(L).reshape(1, 1, -1, 1), np.arange(S).reshape(1, 1, 1, -1))
+        self.shape, self.where = (B, H, L, S), "on the whole score matrix"
+        with np.errstate(invalid="ignore", over="ignore"):  # overflow to inf and NaN are the baseline's own
+            s = rnd(q.astype(work) @ np.swapaxes(self.keys, -1, -2))  # (B, Hq, L, S)
+            self.raw = rnd(s * work.type(flex.scale))
+            x = self.raw
+            if flex.score_mod is not None:
+                x = rnd(_tile_score(flex.score_mod, self.raw.copy(), self.index, self.where).astype(work))
+            if flex.mask_mod is not None:
+                x = np.where(_tile_mask(flex.mask_mod, self.index, self.shape, self.where), x, -np.inf)
+            self.weights, _, self.lse = _naive_softmax(x, None, rnd, work)
+            self.out = rnd(self.weights @ self.values)  # (B, Hq, L, Ev)
+
+    def backward(self, dout) -> AttentionGrads:
+        """The textbook backward of this problem in its dtype: ``(dq, dk, dv, None, None)``."""
+        rnd, work, w = self.rnd, self.work, self.weights
+        do = rnd(as_real_array(dout, "dout").astype(work))
+        scale = work.type(self.flex.scale)
+        with np.errstate(invalid="ignore", over="ignore"):
+            dv = rnd(np.swapaxes(w, -1, -2) @ do)  # (B, Hq, S, Ev), per query head
+            dp = rnd(do @ np.swapaxes(self.values, -1, -2))  # (B, Hq, L, S)
+            delta = rnd(np.sum(rnd(do * self.out), axis=-1))  # (B, Hq, L)
+            ds = rnd(w * rnd(dp - delta[..., None]))
+            if self.flex.score_mod is not None:
+                slope = rnd(np.broadcast_to(self.flex.derivative(self.raw, *self.index), ds.shape).astype(work))
+                ds = np.where(ds == 0, work.type(0), rnd(ds * slope))  # masked: 0, never 0 * inf
+            dq = rnd(rnd(ds @ self.keys) * scale)
+            dk = rnd(rnd(np.swapaxes(ds, -1, -2) @ self.q.astype(work)) * scale)  # (B, Hq, S, E)
+
+        def to_kv(grad, like):
+            """(B, Hq, S, .) -> the shape of `like` (B|1, Hkv, S, .): summed over groups and a shared batch."""
+            B, H, S = grad.shape[:3]
+            grad = grad.reshape(B, like.shape[1], H // max(like.shape[1], 1), S, -1).sum(axis=2)
+            return grad.sum(axis=0, keepdims=True) if like.shape[0] == 1 and B != 1 else grad
+
+        dtype = self.q.dtype
+        return AttentionGrads(dq.astype(dtype), to_kv(dk, self.k).astype(dtype), to_kv(dv, self.v).astype(dtype),
+                              None, None)

@@ -1,0 +1,249 @@
+"""What a checker was told the kernel computed: its inputs as NumPy arrays, its options, and the reference.
+
+A `Problem` holds the kernel's inputs exactly as given (torch, JAX, CuPy arrays converted by `to_numpy`, in
+their own dtypes, fp8 included), float64 copies of what they stand for (fp8 dequantized), and either the
+options of `attention_ref.scaled_dot_product_attention` or a FlexAttention description (``score_mod``,
+``mask_mod``, ``block_mask``). It computes the float64 reference, the naive baseline in a dtype, and the rows
+with no allowed key together with what each empty-row convention (``empty_rows=``) expects there.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._interop import to_numpy
+from .._options import DROPOUT, OPTIONS
+from .._validation import as_real_array, is_fp8
+from ..attention import prepare_attention, scaled_dot_product_attention
+from ..backward import AttentionGrads, attention_backward
+from ..flex import block_mask_to_dense, flex_attention, flex_attention_backward
+from ..fp8 import dequantize_inputs
+from ._baseline import NaiveFlex, _naive_attention, _naive_backward, _naive_forward
+
+__all__: list[str] = []  # private module
+
+#: Options of scaled_dot_product_attention that make no sense for comparing one deterministic output
+#: (``dropout_p`` is one unless a ``dropout_mask`` makes the dropout deterministic).
+_NOT_OPTIONS = ("return_weights", "dropout_p", "rng")
+#: Options that hold arrays: converted to NumPy with the arrays (torch tensors and the like).
+_ARRAY_OPTIONS = ("mask", "bias", "sinks", "alibi_slopes", "dropout_mask", "q_descale", "k_descale", "v_descale")
+#: The FlexAttention description a checker may take instead of (most of) the options.
+_FLEX = ("score_mod", "mask_mod", "block_mask", "score_mod_grad")
+#: The options that go with a FlexAttention description, as `attention_ref.flex_attention` takes them.
+_FLEX_OPTIONS = ("scale", "enable_gqa")
+#: What a kernel may return for a row with no allowed key: the package's zeros, the mean of the values
+#: (JAX, Hugging Face eager), NaN (PyTorch's math path, nn.MultiheadAttention), or anything (not checked).
+EMPTY_ROWS = ("zeros", "mean", "nan", "any")
+
+
+def check_empty_rows(empty_rows) -> str:
+    if not isinstance(empty_rows, str) or empty_rows not in EMPTY_ROWS:
+        raise ValueError(f"empty_rows must be one of {', '.join(map(repr, EMPTY_ROWS))}; got {empty_rows!r}")
+    return empty_rows
+
+
+def _check_deterministic(options: dict, function: str) -> None:
+    """Raise TypeError if `options` make the call random or ask for more than the output."""
+    for name in _NOT_OPTIONS:
+        if name in options and not (name == "dropout_p" and options.get("dropout_mask") is not None):
+            raise TypeError(
+                f"{function} checks one deterministic call; {name} is not an option here"
+                + (" without dropout_mask, the kernel's own keep-mask" if name == "dropout_p" else "")
+            )
+
+
+def output_array(actual, name: str = "actual") -> np.ndarray:
+    """`actual` as a float16/32/64 or bfloat16 ndarray; integers, booleans and the rest are a TypeError."""
+    try:
+        original = to_numpy(actual, name).dtype
+    except (TypeError, ValueError):
+        original = np.dtype(object)  # as_real_array below names the problem
+    arr = as_real_array(actual, name)
+    if original.kind in "iu":
+        raise TypeError(
+            f"{name} must be a kernel's floating-point output (float16, float32, float64 or bfloat16); "
+            f"got dtype {original}"
+        )
+    return arr
+
+
+def _dequantized(q, k, v, options: dict):
+    """``(q, k, v, options, fp8)``: float64 copies of what the kernel's inputs stand for, and the rest.
+
+    fp8 arrays are dequantized by their descales (exactly, in float64) and the descales leave the options;
+    ``fp8`` is the fp8 dtype of the input (None when no array is fp8).
+    """
+    options = dict(options)
+    fp8 = next((a.dtype for a in (q, k, v) if is_fp8(getattr(a, "dtype", None))), None)
+    arrays = [to_numpy(a, name).astype(np.float64) if is_fp8(getattr(a, "dtype", None))
+              else as_real_array(a, name).astype(np.float64) for a, name in ((q, "q"), (k, "k"), (v, "v"))]
+    q64, k64, v64, _ = dequantize_inputs(arrays[0], arrays[1], arrays[2], options)
+    return q64, k64, v64, options, fp8
+
+
+class _Flex:
+    """A FlexAttention description: the mods (a block mask's as a mask_mod), the scale and grouped heads."""
+
+    def __init__(self, given: dict, options: dict, q: np.ndarray, k: np.ndarray, function: str):
+        others = sorted(name for name, value in options.items()
+                        if name not in _FLEX_OPTIONS and not _is_default(name, value))
+        if others:
+            raise TypeError(f"{function} takes score_mod, mask_mod and block_mask with scale and enable_gqa only, "
+                            f"as flex_attention does; got also {', '.join(others)} (write them as mods)")
+        self.score_mod, self.mask_mod = given.get("score_mod"), given.get("mask_mod")
+        block_mask = given.get("block_mask")
+        if block_mask is not None:
+            if self.mask_mod is not None:
+                raise ValueError("give mask_mod or block_mask, not both: a block mask carries its own mask_mod")
+            self.mask_mod = _dense_mask_mod(block_mask, q.shape[-2], k.shape[-2])
+        E = q.shape[-1]
+        scale = options.get("scale")
+        self.scale = float(scale) if scale is not None else (1.0 / np.sqrt(E) if E else 1.0)
+        self.enable_gqa = bool(options.get("enable_gqa", False))
+        self.given_grad = given.get("score_mod_grad")
+        self._derivative = None
+
+    def derivative(self, *args):
+        """``score_mod``'s derivative with respect to the score, elementwise (needed by the backward only)."""
+        if self._derivative is None:
+            self._derivative = score_mod_derivative(self.score_mod, self.given_grad)
+        return self._derivative(*args)
+
+    def keywords(self) -> dict:
+        return {"scale": self.scale, "enable_gqa": self.enable_gqa}
+
+
+def score_mod_derivative(score_mod, given):
+    """``score_mod``'s derivative with respect to the score: `given`, or the ``score_mod_grad`` it carries."""
+    derivative = getattr(score_mod, "score_mod_grad", None) if given is None else given
+    if not callable(derivative):
+        raise TypeError("the gradients of a score_mod need its derivative: pass score_mod_grad, the derivative of "
+                        "score_mod with respect to the score (same arguments)")
+    return derivative
+
+
+def _is_default(name: str, value) -> bool:
+    default = OPTIONS.get(name, None)
+    return value is None or (default is not None and isinstance(value, type(default)) and value == default)
+
+
+def _dense_mask_mod(block_mask, L: int, S: int):
+    """A mask_mod reading the dense mask a block mask (torch's BlockMask, or a dict of keywords) stands for."""
+    try:
+        dense = block_mask_to_dense(**block_mask) if isinstance(block_mask, dict) else block_mask_to_dense(block_mask)
+    except TypeError as exc:
+        raise TypeError(f"block_mask must be torch's BlockMask or a dict of block_mask_to_dense's keywords; "
+                        f"got {type(block_mask).__name__} ({exc})") from None
+    if dense.shape[-2:] != (L, S):
+        raise ValueError(f"block_mask describes sequence lengths (L, S) = {dense.shape[-2:]}, but q and k have "
+                         f"({L}, {S})")
+    many_b, many_h = dense.shape[0] > 1, dense.shape[1] > 1
+
+    def block_mask_mod(b, h, q_idx, kv_idx):
+        return dense[b * many_b, h * many_h, q_idx, kv_idx]
+
+    return block_mask_mod
+
+
+class Problem:
+    """The kernel's inputs and options, checked and converted; see the module docstring."""
+
+    def __init__(self, q, k, v, options: dict, function: str):
+        options = dict(options)
+        _check_deterministic(options, function)
+        given = {name: options.pop(name) for name in _FLEX if name in options}
+        for name in _ARRAY_OPTIONS:
+            if options.get(name) is not None:
+                options[name] = to_numpy(options[name], name)
+        self.q, self.k, self.v = (to_numpy(a, name) for a, name in ((q, "q"), (k, "k"), (v, "v")))
+        self.options = options
+        self.flex = None
+        if any(value is not None for value in given.values()):
+            self.flex = _Flex(given, options, self.q, self.k, function)
+            self.q64, self.k64, self.v64 = (as_real_array(a, n).astype(np.float64) for a, n in
+                                            ((self.q, "q"), (self.k, "k"), (self.v, "v")))
+            self.plain, self.fp8 = {}, None
+        else:
+            self.q64, self.k64, self.v64, self.plain, self.fp8 = _dequantized(self.q, self.k, self.v, options)
+
+    @property
+    def inputs(self) -> tuple[np.ndarray, ...]:
+        return self.q, self.k, self.v
+
+    # --- the float64 reference ----------------------------------------------------------------------
+
+    def reference(self, lse: bool = False):
+        """The float64 output (..., L, Ev), and with `lse` the log-sum-exp (..., L) too."""
+        if self.flex is not None:
+            out, row_lse = flex_attention(self.q64, self.k64, self.v64, self.flex.score_mod, self.flex.mask_mod,
+                                          return_lse=True, **self.flex.keywords())
+            return (out, row_lse) if lse else out
+        return scaled_dot_product_attention(self.q64, self.k64, self.v64, return_lse=lse, **self.plain)
+
+    def reference_lse(self) -> np.ndarray:
+        """The float64 log-sum-exp (..., L), before any dropout."""
+        if self.flex is not None:
+            return self.reference(lse=True)[1]
+        plain = {name: value for name, value in self.plain.items() if name not in DROPOUT}
+        return scaled_dot_product_attention(self.q64, self.k64, self.v64, return_lse=True, **plain)[1]
+
+    def reference_grads(self, dout64: np.ndarray) -> AttentionGrads:
+        if self.flex is not None:
+            return flex_attention_backward(self.q64, self.k64, self.v64, dout64, self.flex.score_mod,
+                                           self.flex.mask_mod, score_mod_grad=self.flex.derivative,
+                                           **self.flex.keywords())
+        wide = {name: as_real_array(self.options[name], name).astype(np.float64) for name in ("bias", "sinks")
+                if self.options.get(name) is not None}
+        return attention_backward(self.q64, self.k64, self.v64, dout64, **{**self.options, **wide})
+
+    # --- the naive baseline -------------------------------------------------------------------------
+
+    def naive_output(self, dtype: np.dtype) -> np.ndarray:
+        if self.flex is not None:
+            return NaiveFlex(self.q, self.k, self.v, dtype, self.flex).out.astype(dtype)
+        if self.fp8 is None:
+            return _naive_attention(self.q, self.k, self.v, dtype, self.options)
+        # FlashAttention 3's: the dequantized inputs in the output's dtype, the weights rounded to fp8
+        return _naive_attention(self.q64, self.k64, self.v64, dtype, self.plain, intermediate=self.fp8)
+
+    def naive_lse(self, dtype: np.dtype) -> np.ndarray:
+        if self.flex is not None:
+            return NaiveFlex(self.q64, self.k64, self.v64, dtype, self.flex).lse
+        plain = {name: value for name, value in self.plain.items() if name not in DROPOUT}
+        return _naive_forward(self.q64, self.k64, self.v64, dtype, plain)[5]
+
+    def naive_grads(self, dout, dtype: np.dtype) -> AttentionGrads:
+        if self.flex is not None:
+            return NaiveFlex(self.q, self.k, self.v, dtype, self.flex).backward(dout)
+        return _naive_backward(self.q, self.k, self.v, dout, dtype, self.options)
+
+    # --- rows with no allowed key -------------------------------------------------------------------
+
+    def values_mean(self) -> np.ndarray:
+        """Each query head's mean of its values over all keys, (..., 1, Ev): what "mean" expects on an empty row."""
+        if self.flex is not None:
+            group = self.q.shape[1] // self.k.shape[1] if self.k.shape[1] else 1
+            return np.repeat(self.v64, group, axis=1).mean(axis=-2, keepdims=True)
+        plain = {name: value for name, value in self.plain.items() if name not in DROPOUT}
+        values = prepare_attention(self.q64, self.k64, self.v64, **plain).v  # key/value heads repeated
+        return values.mean(axis=-2, keepdims=True)
+
+
+def empty_expected(reference: np.ndarray, baseline: np.ndarray, empty: np.ndarray, empty_rows: str, mean=None):
+    """``(reference, baseline, skip)`` with the rows `empty` (..., L) set as `empty_rows` says.
+
+    "zeros" changes nothing (the package's convention); "mean" puts `mean` (..., 1, Ev) there, in the
+    baseline rounded to its dtype; "nan" puts NaN there; "any" returns them in `skip`.
+    """
+    if empty_rows == "zeros" or not empty.any():
+        return reference, baseline, None
+    rows = np.broadcast_to(empty[..., None], reference.shape)
+    if empty_rows == "any":
+        return reference, baseline, rows
+    if empty_rows == "nan":
+        fill = np.full(reference.shape, np.nan)
+        rounded = fill
+    else:
+        fill = np.broadcast_to(mean, reference.shape)
+        rounded = fill.astype(baseline.dtype).astype(np.float64)
+    return np.where(rows, fill, reference), np.where(rows, rounded, baseline.astype(np.float64)), None

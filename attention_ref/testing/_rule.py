@@ -1,0 +1,165 @@
+"""The checkers' rule and their report: ``|A - R| <= factor * max|N - R| + atol``, and where it fails.
+
+Every checker ends here: the kernel's result ``A``, the float64 reference ``R`` and the naive baseline ``N``
+(the textbook formula in the kernel's dtype) go in; out comes "" or the failure message, which says how many
+elements fail and by how much, where they sit (batch, head and rows), which of them are NaN or infinite,
+which rows have no allowed key, and, when ``A`` is wider than the kernel's inputs, that ``dtype=`` exists.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._validation import check_real, float_dtype, is_bfloat16
+
+__all__: list[str] = []  # private module
+
+#: Machine epsilon (spacing of the numbers just above 1) of each dtype a kernel may compute in.
+EPS = {"float16": 2.0**-10, "bfloat16": 2.0**-7, "float32": 2.0**-23, "float64": 2.0**-52}
+#: Default `atol` of the attention output, in units of ``eps * max|reference|`` (see assert_attention_close).
+ATOL_UNITS = {"float16": 1.0, "bfloat16": 1.0, "float32": 16.0, "float64": 16.0}
+#: Default `atol` of a log-sum-exp (assert_lse_close), in the same units.
+ATOL_UNITS_LSE = {"float16": 1.0, "bfloat16": 1.0, "float32": 16.0, "float64": 16.0}
+#: Default `atol` of each gradient (assert_attention_grads_close), in the same units.
+ATOL_UNITS_GRAD = {"float16": 1.0, "bfloat16": 1.0, "float32": 16.0, "float64": 16.0}
+#: At most this many lines of "where the failures sit"; the rest are counted.
+MAX_PLACES = 8
+
+
+def dtype_name(dtype: np.dtype) -> str:
+    return "bfloat16" if is_bfloat16(dtype) else np.dtype(dtype).name
+
+
+def judged_dtype(actual: np.ndarray, dtype) -> np.dtype:
+    """The precision a result is judged in: `dtype` when given (``out.float()`` of a bfloat16 kernel), else its own."""
+    return np.dtype(actual.dtype) if dtype is None else float_dtype(dtype, "dtype")
+
+
+def check_tolerances(factor, atol) -> tuple[float, float | None]:
+    factor = check_real(factor, "factor", minimum=0.0)
+    return factor, None if atol is None else check_real(atol, "atol", minimum=0.0)
+
+
+def errors(actual: np.ndarray, reference: np.ndarray) -> np.ndarray:
+    """``|actual - reference|`` in float64: inf where actual is NaN or misses a finite reference,
+    0 where both hold the same non-finite value (non-finite input)."""
+    a = actual.astype(np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        err = np.abs(a - reference)
+    same = (a == reference) | (np.isnan(a) & np.isnan(reference))
+    return np.where(same, 0.0, np.where(np.isnan(err), np.inf, err))
+
+
+def _rows_label(lo: int, hi: int) -> str:
+    return f"row {lo}" if lo == hi else f"rows {lo}-{hi}"
+
+
+def _lead_label(index: tuple[int, ...]) -> str:
+    """How a report names the leading axes of one failing block: batch and head for (B, H, rows, ...)."""
+    if len(index) == 2:
+        return f"batch {index[0]}, head {index[1]}: "
+    if len(index) == 1:
+        return f"head {index[0]}: "
+    if not index:
+        return ""
+    return f"index {index}: "
+
+
+def places(bad: np.ndarray, empty: np.ndarray | None, rows_last: bool) -> list[str]:
+    """Where the failing elements sit: one line per run of consecutive failing rows of one (batch, head).
+
+    `bad` is (..., rows, cols), or (..., rows) with `rows_last` (a log-sum-exp); `empty` (..., rows) marks
+    the rows whose reference has no allowed key (None: none). Indices count from 0, ranges are inclusive.
+    """
+    if bad.ndim == 0:
+        return ["the one element"]
+    rows_last = rows_last or bad.ndim == 1  # a vector (dsinks): each element its own row
+    per_row = bad.astype(np.int64) if rows_last else bad.sum(axis=-1)  # (..., rows)
+    empty = None if empty is None else np.broadcast_to(empty, per_row.shape)
+    runs = []  # (label, count, lo, hi, no allowed key)
+    for lead in np.ndindex(per_row.shape[:-1]):
+        counts = per_row[lead]
+        rows = np.flatnonzero(counts)
+        if not rows.size:
+            continue
+        flags = np.zeros(counts.shape, bool) if empty is None else empty[lead]
+        # a new run where the rows stop being consecutive or the "no allowed key" flag changes
+        cut = np.flatnonzero((np.diff(rows) != 1) | (flags[rows[1:]] != flags[rows[:-1]])) + 1
+        for part in np.split(rows, cut):
+            runs.append((_lead_label(lead), int(counts[part].sum()), int(part[0]), int(part[-1]),
+                         bool(flags[part[0]])))
+    lines = [f"{label}{_rows_label(lo, hi)} ({n} element{'s' * (n != 1)})" + (", no allowed key" if flag else "")
+             for label, n, lo, hi, flag in runs[:MAX_PLACES]]
+    if len(runs) > MAX_PLACES:
+        rest = sum(run[1] for run in runs[MAX_PLACES:])
+        lines.append(f"... and {len(runs) - MAX_PLACES} more runs of rows ({rest} elements)")
+    return lines
+
+
+def _nonfinite(actual: np.ndarray) -> str:
+    """"actual holds 3 NaN, 1 +inf" (what is there), or "" when every element is finite."""
+    a = actual.astype(np.float64)
+    counts = [(int(np.isnan(a).sum()), "NaN"), (int(np.isposinf(a).sum()), "+inf"),
+              (int(np.isneginf(a).sum()), "-inf")]
+    named = [f"{n} {what}" for n, what in counts if n]
+    return f"non-finite values in actual: {', '.join(named)}\n" if named else ""
+
+
+def compare(actual, reference, baseline, *, factor: float, atol, units: dict, dtype: np.dtype, what: str = "",
+            baseline_name: str | None = None, skip=None, empty=None, rows_last: bool = False,
+            widened: str = "") -> str:
+    """The failure message of the rule (see assert_attention_close), or "" if `actual` passes.
+
+    `dtype` is the precision judged (its eps sets the default atol, with `units`); the baseline is named by
+    `baseline_name`, else by `dtype`. Elements under `skip` are not checked and do not count in the
+    baseline's largest error. `empty` marks rows with no allowed key for the report, `widened` is a line
+    added to a failure (the dtype= hint).
+    """
+    name = dtype_name(dtype)
+    finite = np.isfinite(reference)
+    if skip is not None:
+        skip = np.broadcast_to(skip, reference.shape)
+        finite = finite & ~skip
+    scale = float(np.max(np.abs(reference[finite]), initial=0.0))
+    if atol is None:
+        atol = units[name] * EPS[name] * scale
+    err = errors(actual, reference)
+    base_err = errors(baseline, reference)
+    counted = finite & np.isfinite(base_err)
+    base_max = float(np.max(base_err[counted], initial=0.0))
+    bound = factor * base_max + atol
+    bad = err > bound
+    if skip is not None:
+        bad &= ~skip
+    if not bad.any():
+        return ""
+    worst = np.unravel_index(np.argmax(np.where(bad, err, -1.0)), err.shape)
+    index = tuple(int(i) for i in worst)
+    ratio = err[worst] / base_max if base_max > 0 else np.inf
+    where = "\n".join(places(bad, empty, rows_last))
+    return (
+        f"{what}{int(bad.sum())} of {bad.size} elements are too far from the float64 reference\n"
+        f"allowed: factor * (naive {baseline_name or name} baseline's largest error) + atol = "
+        f"{factor:g} * {base_max:.3g} + {atol:.3g} = {bound:.3g}\n"
+        f"largest error {err[worst]:.3g} at index {index}: actual {float(actual[worst]):.6g}, "
+        f"reference {reference[worst]:.6g}, baseline's error there {base_err[worst]:.3g}\n"
+        f"ratio to the baseline's largest error: {ratio:.3g}\n"
+        f"{_nonfinite(actual)}"
+        f"where they are:\n{where}" + (f"\n{widened}" if widened else "")
+    )
+
+
+def widened_hint(actual: np.ndarray, dtype, inputs) -> str:
+    """The dtype= hint for a failure, when `actual` is wider than every input and no `dtype` was given."""
+    if dtype is not None:
+        return ""
+    widths = [np.dtype(a.dtype).itemsize for a in inputs if getattr(a, "dtype", None) is not None]
+    if not widths or np.dtype(actual.dtype).itemsize <= max(widths):
+        return ""
+    narrow = sorted({dtype_name(a.dtype) for a in inputs if np.dtype(a.dtype).itemsize == max(widths)})
+    if any(n.startswith("float8") for n in narrow):
+        return ""  # fp8 kernels return a wider output by design; their baseline already is the output's dtype
+    names = " and ".join(narrow)
+    return (f"note: actual is {dtype_name(actual.dtype)} but the inputs are {names}: if the kernel computed in "
+            f"{names} and its output was widened (out.float()), pass dtype={narrow[0]!r} to judge it in that "
+            f"precision")
