@@ -340,7 +340,13 @@ def test_float8_output_is_rejected():
 
 def test_importable_as_attention_ref_testing():
     assert ar.testing.assert_attention_close is assert_attention_close
-    assert ar.testing.__all__ == ["assert_attention_close", "assert_attention_grads_close", "assert_lse_close"]
+    assert ar.testing.__all__ == [
+        "assert_attention_close",
+        "assert_attention_grads_close",
+        "assert_lse_close",
+        "assert_paged_attention_close",
+        "to_numpy",
+    ]
 
 
 # --------------------------------------------------------------------- softcap, window, ALiBi and sinks

@@ -19,5 +19,13 @@ Examples
 """
 
 from ._checks import assert_attention_close, assert_attention_grads_close, assert_lse_close
+from ._convert import to_numpy
+from ._paged import assert_paged_attention_close
 
-__all__ = ["assert_attention_close", "assert_attention_grads_close", "assert_lse_close"]
+__all__ = [
+    "assert_attention_close",
+    "assert_attention_grads_close",
+    "assert_lse_close",
+    "assert_paged_attention_close",
+    "to_numpy",
+]

@@ -29,9 +29,13 @@ def assert_attention_close(actual, q, k, v, *, factor=2.0, atol=None, dtype=None
     ----------
     actual : array_like, shape (..., L, Ev)
         The kernel's output for `q`, `k`, `v` and `options`: float16,
-        float32, float64 or bfloat16 (ml_dtypes).
+        float32, float64 or bfloat16 (ml_dtypes), as a NumPy array, a torch
+        tensor (any device, requiring grad or not), a JAX or CuPy array or
+        anything `to_numpy` reads. Judged in its own dtype unless `dtype`
+        says otherwise.
     q : array_like, shape (..., L, E)
-        Queries, as given to the kernel.
+        Queries, as given to the kernel (any array `to_numpy` reads; fp8
+        with ``q_descale``).
     k : array_like, shape (..., S, E)
         Keys.
     v : array_like, shape (..., S, Ev)
@@ -40,19 +44,40 @@ def assert_attention_close(actual, q, k, v, *, factor=2.0, atol=None, dtype=None
         How many times the baseline's largest error the kernel may reach.
         Default 2.0, as in FlashAttention's tests.
     atol : float, optional
-        Absolute slack added to the bound. Default: ``eps * max|reference|``
-        for float16 and bfloat16, ``16 * eps * max|reference|`` for float32
-        and float64, with ``eps`` the machine epsilon of the dtype of
-        `actual` (see Notes).
+        Absolute slack added to the bound. Default: ``u * eps *
+        max|reference|`` with ``eps`` the machine epsilon of the dtype
+        judged and ``u`` from the table in the Notes.
+    dtype : dtype or str, optional
+        The precision the kernel computed in, when `actual` was widened
+        before the check (``out.float()`` of a bfloat16 kernel): a NumPy
+        dtype, an ml_dtypes type or a name such as ``"bfloat16"``. The
+        baseline and the default `atol` follow it. Default: the dtype of
+        `actual`.
+    empty_rows : {"zeros", "mean", "nan", "any"}, optional
+        What the kernel returns for a query row with no allowed key (and no
+        sink): ``"zeros"``, the package's convention (FlashAttention,
+        PyTorch's fused kernels); ``"mean"``, the mean of the values of all
+        that row's keys (JAX, Hugging Face eager, which mask with a large
+        finite number); ``"nan"`` (PyTorch's math path,
+        ``nn.MultiheadAttention``); ``"any"``: those rows are not checked.
     **options
         Keyword arguments of `attention_ref.scaled_dot_product_attention`
         describing the attention the kernel computed: ``mask``, ``bias``,
         ``is_causal``, ``causal_alignment``, ``scale``, ``enable_gqa`` and
         those it has besides (``softcap``, ``window``, ``alibi_slopes``,
-        ``sinks``), and ``dropout_p`` with ``dropout_mask``, the kernel's
-        own keep-mask, which the reference and the baseline then apply.
+        ``sinks``, fp8's ``q_descale``, ``k_descale``, ``v_descale``), and
+        ``dropout_p`` with ``dropout_mask``, the kernel's own keep-mask,
+        which the reference and the baseline then apply.
         ``return_weights`` and ``rng`` are not accepted, nor ``dropout_p``
-        without ``dropout_mask``.
+        without ``dropout_mask``. Array options may be framework arrays too.
+
+        Or a FlexAttention variant, with the semantics of
+        `attention_ref.flex_attention`: ``score_mod``, ``mask_mod`` (NumPy
+        functions, or functions written for torch, as FlexAttention takes
+        them) and ``block_mask`` (torch's ``BlockMask`` as it is, or a dict
+        of `attention_ref.block_mask_to_dense`'s keywords), with ``scale``
+        and ``enable_gqa`` only; `q` is then (B, Hq, L, E). The baseline
+        applies the same mods in the kernel's dtype.
 
     Returns
     -------
@@ -65,16 +90,28 @@ def assert_attention_close(actual, q, k, v, *, factor=2.0, atol=None, dtype=None
         If some element is too far from the reference. The message gives
         how many elements fail, the largest error among them with its index,
         the actual and reference values there, the baseline's error there
-        and its largest error, and the ratio of the two largest errors.
+        and its largest error, and the ratio of the two largest errors; the
+        NaN and infinities in `actual`, counted apart; where the failures
+        sit, one line per run of consecutive failing rows of one batch and
+        head (``batch 1, head 3: rows 10-20 (37 elements)``, indices from
+        0, ranges inclusive, at most eight lines and a count of the rest),
+        rows whose reference has no allowed key marked ``no allowed key``;
+        and, when `actual` is wider than every input and no `dtype` was
+        given, a note that ``dtype=`` judges it in the inputs' precision.
     TypeError
         If `actual` is not a float16, float32, float64 or bfloat16 array,
         if `return_weights` or `rng` is given, or `dropout_p` without
-        `dropout_mask`, or as `attention_ref.scaled_dot_product_attention`
-        raises for the options.
+        `dropout_mask`, if a FlexAttention variant comes with options other
+        than ``scale`` and ``enable_gqa``, or as
+        `attention_ref.scaled_dot_product_attention` (or
+        `attention_ref.flex_attention`) raises for the options.
     ValueError
         If `actual` does not have the shape of the attention output of `q`,
-        `k`, `v`, if `factor` or `atol` is negative or not finite, or as
-        `attention_ref.scaled_dot_product_attention` raises.
+        `k`, `v`, if `factor` or `atol` is negative or not finite, if
+        `empty_rows` is not one of its four values, if a ``block_mask``
+        describes other sequence lengths than `q` and `k` (or comes with a
+        ``mask_mod``), if a tensor sits on a device it cannot be copied
+        from, or as `attention_ref.scaled_dot_product_attention` raises.
 
     See Also
     --------
@@ -180,6 +217,24 @@ def assert_attention_close(actual, q, k, v, *, factor=2.0, atol=None, dtype=None
     where they are:
     head 0: rows 0-14 (109 elements)
     head 1: rows 0-14 (116 elements)
+
+    A float16 kernel's output widened to float32 is judged as a float32
+    kernel and fails, with a note; ``dtype=`` judges it in float16:
+
+    >>> wide = blockwise_attention(q, k, v, block_size=4).astype(np.float32)
+    >>> assert_attention_close(wide, q, k, v, dtype="float16")
+    >>> assert_attention_close(wide, q, k, v)
+    Traceback (most recent call last):
+    ...
+    AssertionError: 239 of 256 elements are too far from the float64 reference
+    allowed: factor * (naive float32 baseline's largest error) + atol = 2 * 1.64e-07 + 2.16e-06 = 2.49e-06
+    largest error 0.000235 at index (0, 6, 1): actual -0.647461, reference -0.647226, baseline's error there 1.55e-08
+    ratio to the baseline's largest error: 1.44e+03
+    where they are:
+    head 0: rows 0-15 (119 elements)
+    head 1: rows 0-15 (120 elements)
+    note: actual is float32 but the inputs are float16; if the kernel computed in float16
+    and its output was widened (out.float()), pass dtype='float16' to judge it in that precision
     """
     check = Problem(q, k, v, options, "assert_attention_close")
     failure = output_failure(actual, check, factor=factor, atol=atol, dtype=dtype, empty_rows=empty_rows)
@@ -237,12 +292,26 @@ def assert_lse_close(actual_lse, q, k, v, *, base="e", empty=-np.inf, factor=2.0
     factor : float, optional
         How many times the baseline's largest error the kernel may reach.
     atol : float, optional
-        Absolute slack added to the bound. Default ``16 * eps * max|R|``,
-        with ``eps`` the machine epsilon of the dtype of `actual_lse` and
-        :math:`R` the reference (in the kernel's base).
+        Absolute slack added to the bound. Default ``u * eps * max|R|``,
+        with ``eps`` the machine epsilon of the dtype judged, :math:`R` the
+        reference (in the kernel's base) and ``u`` from the table in
+        `assert_attention_close`'s Notes (its log-sum-exp row).
+    dtype : dtype or str, optional
+        The precision the kernel computed its log-sum-exp in: the baseline
+        is computed in it and the default `atol` follows it. Default: the
+        baseline in float32 (as kernels keep it), `atol` from the dtype of
+        `actual_lse`.
+    empty_rows : {"zeros", "mean", "nan", "any"}, optional
+        The kernel's convention for a row with no allowed key, as in
+        `assert_attention_close`: with ``"zeros"`` (the default) such a row
+        must hold `empty`, with ``"nan"`` NaN; with ``"mean"`` (whose
+        log-sum-exp is that of the kernel's masking constant) and ``"any"``
+        those rows are not checked.
     **options
         The options of `assert_attention_close`, describing the attention
-        the kernel computed (``sinks`` are counted in the log-sum-exp).
+        the kernel computed (``sinks`` are counted in the log-sum-exp), or
+        its FlexAttention variant (``score_mod``, ``mask_mod``,
+        ``block_mask``, with ``scale`` and ``enable_gqa``).
 
     Returns
     -------
@@ -365,14 +434,36 @@ def assert_attention_grads_close(actual, q, k, v, dout, *, factor=2.0, atol=None
         How many times the baseline's largest error each gradient may
         reach. Default 2.0, as in FlashAttention's tests.
     atol : float, optional
-        Absolute slack added to each bound. Default as in
-        `assert_attention_close`, from each gradient's dtype and largest
-        reference entry.
+        Absolute slack added to each bound. Default ``u * eps * max|R_G|``
+        from each gradient's judged dtype and largest reference entry, with
+        ``u`` from the table in `assert_attention_close`'s Notes (its
+        gradients row).
+    dtype : dtype or str, optional
+        The precision the kernel's backward computed in, when the gradients
+        were widened before the check; the baselines and the default
+        `atol` follow it. Default: each gradient's own dtype.
+    empty_rows : {"zeros", "mean", "nan", "any"}, optional
+        The forward's convention for a row with no allowed key, as in
+        `assert_attention_close`, and what it implies for the gradients:
+        ``"zeros"``: no gradient flows from such a row. ``"mean"``: the row
+        is the mean of the values, a function of `v` alone, so ``dv`` gets
+        ``dout / S`` from it and ``dq``, ``dk`` nothing (JAX, which masks
+        with ``where``; Hugging Face eager adds its mask and passes a
+        gradient to ``q`` and ``k``: check it with ``"any"``). ``"nan"``:
+        ``dq`` is NaN on the row, and the other gradients of a head holding
+        such a row are not checked (the NaN reaches all of them). ``"any"``:
+        the row of ``dq`` and the other gradients of its head are not
+        checked.
     **options
         Keyword arguments of `attention_ref.scaled_dot_product_attention`
         describing the attention, as for `assert_attention_close`
         (``dropout_p`` only with ``dropout_mask``; ``return_weights`` and
-        ``rng`` are not accepted).
+        ``rng`` are not accepted), or a FlexAttention variant
+        (``score_mod``, ``mask_mod``, ``block_mask``, with ``scale`` and
+        ``enable_gqa``), with ``score_mod_grad``, the derivative of
+        ``score_mod`` with respect to the score, where ``score_mod`` is
+        neither one of the package's (which carry theirs) nor written for
+        torch (differentiated by torch's autograd).
 
     Returns
     -------

@@ -160,6 +160,6 @@ def widened_hint(actual: np.ndarray, dtype, inputs) -> str:
     if any(n.startswith("float8") for n in narrow):
         return ""  # fp8 kernels return a wider output by design; their baseline already is the output's dtype
     names = " and ".join(narrow)
-    return (f"note: actual is {dtype_name(actual.dtype)} but the inputs are {names}: if the kernel computed in "
-            f"{names} and its output was widened (out.float()), pass dtype={narrow[0]!r} to judge it in that "
+    return (f"note: actual is {dtype_name(actual.dtype)} but the inputs are {names}; if the kernel computed in "
+            f"{names}\nand its output was widened (out.float()), pass dtype={narrow[0]!r} to judge it in that "
             f"precision")

@@ -1,0 +1,166 @@
+"""`assert_paged_attention_close`: a paged-cache kernel checked by the rule, one sequence at a time."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from .._interop import to_numpy
+from .._validation import as_int_array, as_real_array, check_exact_ndim
+from ..paged import _check_lengths, _check_pages, _gather, _used_pages, nhd_to_hnd
+from ..varlen import _check_cu_seqlens, reject_per_pair_options
+from ._checks import output_failure
+from ._problem import Problem
+
+__all__ = ["assert_paged_attention_close"]
+
+#: The page layouts a pool may have: heads before positions, or positions before heads.
+_LAYOUTS = ("HND", "NHD")
+
+
+def _sequences(q, cu_seqlens_q, n_seq: int):
+    """Each sequence's query slice: ``q[b]`` of (B, Hq, Lq, E), or ``q[:, cu[b]:cu[b+1]]`` of packed queries."""
+    if cu_seqlens_q is None:
+        check_exact_ndim(q, "q", 4, "(B, Hq, Lq, E) without cu_seqlens_q")
+        if q.shape[0] != n_seq:
+            raise ValueError(f"q must have one sequence per row of block_table on axis 0, {n_seq}; got q {q.shape}")
+        return [(b, (b,)) for b in range(n_seq)]
+    check_exact_ndim(q, "q", 3, "(Hq, total_q, E) with cu_seqlens_q")
+    cu = _check_cu_seqlens(cu_seqlens_q, "cu_seqlens_q", q.shape[-2], "queries (q.shape[-2])")
+    if cu.size != n_seq + 1:
+        raise ValueError(f"cu_seqlens_q must have B + 1 = {n_seq + 1} entries for the {n_seq} rows of block_table; "
+                         f"got {cu.size}")
+    return [(b, (slice(None), slice(q0, q1))) for b, (q0, q1) in enumerate(itertools.pairwise(cu))]
+
+
+def _per_sequence(options: dict, b: int) -> dict:
+    """The options of sequence `b`: row b of (B, Hkv) descales, entry b of a list of keep-masks."""
+    mine = dict(options)
+    for name, value in options.items():
+        if name.endswith("_descale") and value is not None and np.ndim(value) == 2:
+            mine[name] = to_numpy(value, name)[b]
+        elif name == "dropout_mask" and isinstance(value, (list, tuple)):
+            mine[name] = value[b]
+    return mine
+
+
+def assert_paged_attention_close(actual, q, k_pages, v_pages, block_table, kv_lens, *, layout="HND",
+                                 cu_seqlens_q=None, factor=2.0, atol=None, dtype=None, empty_rows="zeros",
+                                 **options):
+    r"""Assert that a paged-cache kernel's output is as accurate as its dtype allows.
+
+    The check of `assert_attention_close`, applied to each sequence of a
+    batch whose keys and values sit in a paged cache, as
+    `attention_ref.paged_attention` reads them: the reference and the
+    naive baseline are those of each sequence's gathered keys and values.
+
+    Parameters
+    ----------
+    actual : array_like, shape (B, Hq, Lq, Ev), or (Hq, total_q, Ev) with `cu_seqlens_q`
+        The kernel's output, in `q`'s layout (any array `to_numpy` reads).
+    q : array_like, shape (B, Hq, Lq, E), or (Hq, total_q, E) with `cu_seqlens_q`
+        Queries, as given to the kernel.
+    k_pages : array_like, shape (num_pages, Hkv, page_size, E) or (num_pages, page_size, Hkv, E)
+        The pool of key pages, in the `layout` given (fp8 with ``k_descale``).
+    v_pages : array_like, shape (num_pages, Hkv, page_size, Ev) or (num_pages, page_size, Hkv, Ev)
+        The pool of value pages, in the same layout.
+    block_table : array_like of int, shape (B, max_pages)
+        The pages of each sequence, in order; entries past a sequence's
+        length are ignored.
+    kv_lens : array_like of int, shape (B,)
+        How many keys each sequence has.
+    layout : {"HND", "NHD"}, optional
+        ``"HND"``: heads before positions in a page (FlashInfer's default);
+        ``"NHD"``: positions before heads (vLLM, FlashInfer's other).
+    cu_seqlens_q : array_like of int, shape (B + 1,), optional
+        Cumulative query offsets of packed queries.
+    factor, atol, dtype, empty_rows
+        As `assert_attention_close`, for each sequence.
+    **options
+        The options of `attention_ref.paged_attention` (``is_causal``,
+        usually with ``causal_alignment="bottom-right"``, ``window``,
+        ``softcap``, ``alibi_slopes``, ``sinks``, ``scale``, ``enable_gqa``,
+        the descales as (B, Hkv) arrays, one row per sequence).
+
+    Returns
+    -------
+    None
+        Returns quietly when every sequence's output is close enough.
+
+    Raises
+    ------
+    AssertionError
+        If some sequence's output is too far from its reference: one report
+        of `assert_attention_close` per failing sequence, each naming it,
+        counted from 0 (``sequence 3: ...``).
+    TypeError
+        As `attention_ref.paged_attention` and `assert_attention_close`.
+    ValueError
+        If `layout` is not ``"HND"`` or ``"NHD"``, if `actual` does not have
+        the shape of the output, or as `attention_ref.paged_attention` and
+        `assert_attention_close`.
+
+    See Also
+    --------
+    attention_ref.paged_attention : The reference this check uses.
+    assert_attention_close : The rule, for one dense call.
+
+    Examples
+    --------
+    Two sequences of 5 and 2 cached keys in pages of 4 positions, one
+    decoding query each, checked against `paged_attention` in float16; a
+    kernel that reads one position too many of sequence 1 fails there:
+
+    >>> import numpy as np
+    >>> from attention_ref import paged_attention
+    >>> from attention_ref.testing import assert_paged_attention_close
+    >>> rng = np.random.default_rng(0)
+    >>> k_pages, v_pages = rng.standard_normal((2, 3, 2, 4, 8)).astype(np.float16)
+    >>> q = rng.standard_normal((2, 2, 1, 8)).astype(np.float16)
+    >>> table = np.array([[2, 0], [1, 0]])
+    >>> out = paged_attention(q, k_pages, v_pages, table, [5, 2])
+    >>> assert_paged_attention_close(out, q, k_pages, v_pages, table, [5, 2])
+    >>> wrong = paged_attention(q, k_pages, v_pages, table, [5, 3])
+    >>> assert_paged_attention_close(wrong, q, k_pages, v_pages, table, [5, 2])
+    Traceback (most recent call last):
+    ...
+    AssertionError: sequence 1: 16 of 16 elements are too far from the float64 reference
+    allowed: factor * (naive float16 baseline's largest error) + atol = 2 * 0.00121 + 0.00308 = 0.0055
+    largest error 1.2 at index (0, 0, 6): actual -0.438477, reference 0.76179, baseline's error there 0.000417
+    ratio to the baseline's largest error: 994
+    where they are:
+    head 0: row 0 (8 elements)
+    head 1: row 0 (8 elements)
+    """
+    reject_per_pair_options(options, "assert_paged_attention_close")
+    if not isinstance(layout, str) or layout not in _LAYOUTS:
+        raise ValueError(f'layout must be "HND" (num_pages, Hkv, page_size, E) or "NHD" (num_pages, page_size, '
+                         f"Hkv, E); got {layout!r}")
+    q = as_real_array(q, "q", fp8=True)
+    actual_arr = to_numpy(actual, "actual")
+    k_pages, v_pages = (as_real_array(a, name, fp8=True) for a, name in ((k_pages, "k_pages"), (v_pages, "v_pages")))
+    if layout == "NHD":
+        for pool, name in ((k_pages, "k_pages"), (v_pages, "v_pages")):
+            check_exact_ndim(pool, name, 4, '(num_pages, page_size, Hkv, E) with layout="NHD"')
+        k_pages, v_pages = nhd_to_hnd(k_pages), nhd_to_hnd(v_pages)
+    _check_pages(k_pages, v_pages)
+    num_pages, _, page_size, _ = k_pages.shape
+    table = as_int_array(block_table, "block_table", 2, "(B, max_pages)")
+    lens = as_int_array(kv_lens, "kv_lens", 1, "(B,)")
+    _check_lengths(lens, table.shape[0], table.shape[1] * page_size)
+    used = _used_pages(table, lens, page_size, num_pages)
+    sequences = _sequences(q, cu_seqlens_q, table.shape[0])
+    want = (*q.shape[:-1], v_pages.shape[-1])
+    if actual_arr.shape != want:
+        raise ValueError(f"actual must have the shape of the output, {want} (q's layout with Ev last); "
+                         f"got {actual_arr.shape}")
+    failures = []
+    for (b, rows), pages, length in zip(sequences, used, lens, strict=True):
+        k_b, v_b = _gather(k_pages, pages, int(length)), _gather(v_pages, pages, int(length))
+        check = Problem(q[rows], k_b, v_b, _per_sequence(options, b), "assert_paged_attention_close")
+        failures.append(output_failure(actual_arr[rows], check, factor=factor, atol=atol, dtype=dtype,
+                                       empty_rows=empty_rows, what=f"sequence {b}: "))
+    failures = [f for f in failures if f]
+    if failures:
+        raise AssertionError("\n".join(failures))
