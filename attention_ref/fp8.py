@@ -14,7 +14,16 @@ from __future__ import annotations
 import numpy as np
 
 from ._options import DESCALES
-from ._validation import as_real_array, bfloat16_dtype, check_choice, check_finite, is_fp8, result_dtype
+from ._validation import (
+    as_real_array,
+    bfloat16_dtype,
+    check_axis,
+    check_bool,
+    check_choice,
+    check_finite,
+    is_fp8,
+    result_dtype,
+)
 
 __all__ = ["quantize_fp8"]
 
@@ -89,7 +98,19 @@ def fp8_output_dtype() -> np.dtype:
     return bfloat16_dtype()
 
 
-def quantize_fp8(x, dtype="float8_e4m3fn", *, per_head=False):
+def _amax(arr: np.ndarray, per_head: bool, axis: int | None) -> np.ndarray:
+    """The largest ``|x|``: of the whole array (0-d), per ``(B, H)``, or per index of `axis`, the others kept as 1."""
+    if not per_head:
+        return np.abs(arr).max(initial=0.0)
+    if axis is None:
+        if arr.ndim != 4:
+            raise ValueError(f"x must be 4-D (B, H, L, E) for per_head=True; got shape {arr.shape}")
+        return np.abs(arr).max(axis=(-2, -1), initial=0.0)  # (B, H)
+    others = tuple(i for i in range(arr.ndim) if i != axis)
+    return np.abs(arr).max(axis=others, keepdims=True, initial=0.0)  # (1, ..., H, ..., 1)
+
+
+def quantize_fp8(x, dtype="float8_e4m3fn", *, per_head=False, axis=None):
     r"""Quantize a float array to fp8 with amax scaling: ``(x8, descale)``.
 
     The array is divided by ``descale = amax / fp8_max`` (``amax`` the
@@ -99,36 +120,56 @@ def quantize_fp8(x, dtype="float8_e4m3fn", *, per_head=False):
 
     Parameters
     ----------
-    x : array_like, shape (B, H, L, E) with `per_head`, else any shape
+    x : array_like, shape (B, H, L, E) with `per_head` and no `axis`, else any shape
         The values to quantize.
     dtype : {"float8_e4m3fn", "float8_e5m2"}, optional
         The fp8 format (ml_dtypes' dtypes of these names).
     per_head : bool, optional
-        One descale per batch entry and head, shape ``(B, H)`` (FlashAttention
-        3's descale shape), instead of one for the whole array.
+        One descale per head instead of one for the whole array. Without
+        `axis`, `x` is read as ``(B, H, L, E)`` and gets one descale per
+        batch entry and head, shape ``(B, H)`` (FlashAttention 3's descale
+        shape).
+    axis : int, optional
+        With ``per_head=True``: the head axis (negative counts from the
+        end). The amax is taken over every other axis, and the descale keeps
+        `x`'s number of dimensions, the head axis whole and every other axis
+        of length one, so that it broadcasts against `x`: ``(1, Hkv, 1, 1)``
+        for a pool in the "HND" layout ``(num_pages, Hkv, page_size, E)``
+        with ``axis=1``, ``(1, 1, Hkv, 1)`` for "NHD" ``(num_pages,
+        page_size, Hkv, E)`` with ``axis=2``. `paged_attention` takes these
+        as ``k_descale`` and ``v_descale``.
+
+        A page pool needs `axis`: without it, ``per_head=True`` reads the
+        pool's four axes as ``(B, H, L, E)`` and returns one descale per
+        (page, head) for "HND" or per (page, position) for "NHD", neither of
+        which is one per head.
 
     Returns
     -------
     x8 : ndarray of fp8
         The quantized array, of `x`'s shape.
-    descale : numpy.float32 or ndarray of float32, shape (B, H)
+    descale : numpy.float32 or ndarray of float32
         The factor that dequantizes `x8`: pass it as ``q_descale``,
-        ``k_descale`` or ``v_descale``. 1 where the array (or head) is all
-        zeros.
+        ``k_descale`` or ``v_descale``. A scalar; with `per_head`, shape
+        ``(B, H)``, or with `axis` `x`'s shape with every axis but `axis`
+        of length one. 1 where the array (or head) is all zeros.
 
     Raises
     ------
     TypeError
-        If `x` does not hold real numbers.
+        If `x` does not hold real numbers, `per_head` is not a bool or
+        `axis` not an int.
     ValueError
-        If `dtype` is not an fp8 format, `x` is not finite, or `per_head` is
-        asked of an array that is not 4-D.
+        If `dtype` is not an fp8 format, `x` is not finite, `axis` is given
+        without ``per_head=True`` or is out of range for `x`, or `per_head`
+        without `axis` is asked of an array that is not 4-D.
     ImportError
         If ml_dtypes is not installed.
 
     See Also
     --------
     scaled_dot_product_attention : Takes fp8 arrays with their descales.
+    paged_attention : Takes fp8 page pools with their descales.
 
     Examples
     --------
@@ -145,16 +186,30 @@ def quantize_fp8(x, dtype="float8_e4m3fn", *, per_head=False):
     ...     assert x8.dtype.name == "float8_e4m3fn"
     ...     assert descale == np.float32(2.0) / 448
     ...     assert (x8.astype(np.float32) * descale == x).all()
+
+    A pool of 5 pages of 4 positions for 2 heads ("HND") quantized per head,
+    each head's largest value landing on 448:
+
+    >>> pool = np.ones((5, 2, 4, 8)) * np.array([1.0, 4.0])[:, None, None]
+    >>> if importlib.util.find_spec("ml_dtypes") is not None:
+    ...     pool8, descale = quantize_fp8(pool, per_head=True, axis=1)
+    ...     assert descale.shape == (1, 2, 1, 1)
+    ...     assert (descale.ravel() == np.array([1.0, 4.0], dtype=np.float32) / 448).all()
+    ...     assert (pool8.astype(np.float32) == 448).all()
     """
     check_choice(dtype, "dtype", tuple(FP8_MAX))
+    per_head = check_bool(per_head, "per_head")
     arr = as_real_array(x, "x").astype(np.float32)
+    if axis is not None:
+        if not per_head:
+            raise ValueError(
+                f"axis names the head axis of per_head=True; got axis={axis!r} with per_head=False "
+                f"(pass per_head=True, or leave axis out for one descale of the whole array)"
+            )
+        axis = check_axis(axis, arr.ndim, "axis")
     check_finite(arr, "x")
-    if per_head:
-        if arr.ndim != 4:
-            raise ValueError(f"x must be 4-D (B, H, L, E) for per_head=True; got shape {arr.shape}")
-        amax = np.abs(arr).max(axis=(-2, -1), initial=0.0)  # (B, H)
-    else:
-        amax = np.abs(arr).max(initial=0.0)
+    amax = _amax(arr, per_head, axis)
     descale = np.where(amax > 0, amax / np.float32(FP8_MAX[dtype]), np.float32(1.0)).astype(np.float32)
-    scaled = arr / (descale[..., None, None] if per_head else descale)
+    by_batch_and_head = per_head and axis is None  # (B, H): lined up with the axes before (L, E)
+    scaled = arr / (descale[..., None, None] if by_batch_and_head else descale)
     return scaled.astype(fp8_dtype(dtype)), descale if per_head else np.float32(descale)

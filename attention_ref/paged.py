@@ -3,8 +3,10 @@ r"""Paged key/value caches: attention over keys stored in fixed-size pages named
 A serving engine keeps every sequence's keys and values in pages of
 ``page_size`` positions taken from one shared pool, and a block table lists
 the pages of each sequence in order (vLLM's PagedAttention). `paged_attention`
-computes what a kernel reading such a cache must compute; the converters turn
-FlashInfer's page lists and layouts into the block table and layout used here.
+computes what a kernel reading such a cache must compute, from a pool in either
+of FlashInfer's layouts ("HND" or "NHD", vLLM's), fp8 pools included; the
+converters turn FlashInfer's page lists into the block table used here, and an
+"NHD" pool into "HND".
 """
 
 from __future__ import annotations
@@ -13,19 +15,24 @@ import itertools
 
 import numpy as np
 
-from ._validation import as_int_array, as_real_array, check_bool, check_exact_ndim, check_int
+from ._options import DESCALES
+from ._validation import as_int_array, as_real_array, check_bool, check_choice, check_exact_ndim, check_int
 from .varlen import _check_cu_seqlens, attend_each, reject_per_pair_options
 
 __all__ = ["block_table_from_indptr", "nhd_to_hnd", "paged_attention"]
 
-_PAGES_LAYOUT = "(num_pages, Hkv, page_size, E)"
+#: The page layouts of a pool, as FlashInfer names them: the axes of the key pages (values end in Ev).
+_LAYOUTS = {"HND": "(num_pages, Hkv, page_size, E)", "NHD": "(num_pages, page_size, Hkv, E)"}
+#: The head axis of a pool in each layout (the page-size axis is the other one of axes 1 and 2).
+_HEAD_AXIS = {"HND": 1, "NHD": 2}
 
 
-def _check_pages(k_pages: np.ndarray, v_pages: np.ndarray) -> None:
+def _check_pages(k_pages: np.ndarray, v_pages: np.ndarray, layout: str) -> None:
     """Raise ValueError unless `k_pages` and `v_pages` are 4-D and agree on pages, heads and page size."""
-    check_exact_ndim(k_pages, "k_pages", 4, _PAGES_LAYOUT)
-    check_exact_ndim(v_pages, "v_pages", 4, "(num_pages, Hkv, page_size, Ev)")
-    for axis, what in ((0, "number of pages"), (1, "number of heads"), (2, "page size")):
+    check_exact_ndim(k_pages, "k_pages", 4, f"{_LAYOUTS[layout]} (layout={layout!r})")
+    check_exact_ndim(v_pages, "v_pages", 4, f"{_LAYOUTS[layout][:-2]}Ev) (layout={layout!r})")
+    heads = _HEAD_AXIS[layout]
+    for axis, what in ((0, "number of pages"), (heads, "number of heads"), (3 - heads, "page size")):
         if k_pages.shape[axis] != v_pages.shape[axis]:
             raise ValueError(
                 f"k_pages and v_pages must have the same {what} (axis {axis}); got k_pages {k_pages.shape} "
@@ -66,6 +73,35 @@ def _used_pages(block_table: np.ndarray, kv_lens: np.ndarray, page_size: int, nu
     return used
 
 
+def _sequence_descale(descale, name: str, layout: str, n_seq: int, n_heads: int):
+    """`descale` as FlashAttention 3's ``(B, Hkv)``, one factor per sequence and key/value head; a scalar stays one.
+
+    Whatever broadcasts to ``(B, Hkv)`` is broadcast (``(Hkv,)`` or ``(1, Hkv)``: one factor per head for every
+    sequence); a 4-D `k_descale` or `v_descale` is a pool's per-head descale, the head axis of `layout` kept
+    and every other axis of length one (`quantize_fp8` with ``per_head=True, axis=`` that axis).
+    """
+    arr = as_real_array(descale, name)
+    if arr.ndim == 0:
+        return arr
+    pool = arr.ndim == 4 and name != "q_descale"
+    if pool:  # (1, Hkv, 1, 1) in HND, (1, 1, Hkv, 1) in NHD -> (1, Hkv)
+        heads = np.moveaxis(arr, _HEAD_AXIS[layout], -1)
+        arr = heads.reshape(1, heads.shape[-1]) if heads.shape[:-1] == (1, 1, 1) else arr
+    if arr.ndim <= 2:
+        try:
+            return np.broadcast_to(arr, (n_seq, n_heads))  # (B, Hkv)
+        except ValueError:
+            pass
+    pool_shape = [1, 1, 1, 1]
+    pool_shape[_HEAD_AXIS[layout]] = n_heads
+    pool_hint = f", or a per-head descale of the {layout} pool, {tuple(pool_shape)}" if name != "q_descale" else ""
+    raise ValueError(
+        f"{name} must be a scalar, or broadcast to (B, Hkv) = {(n_seq, n_heads)}: one factor per sequence and "
+        f"key/value head (FlashAttention 3's convention; (Hkv,) or (1, Hkv) for one factor per head){pool_hint}; "
+        f"got shape {np.shape(descale)}"
+    )
+
+
 def _gather(pages_pool: np.ndarray, pages: np.ndarray, length: int) -> np.ndarray:
     """The first `length` positions of the pages `pages` of the pool, in order: shape (Hkv, length, E)."""
     _, heads, page_size, size = pages_pool.shape
@@ -73,27 +109,28 @@ def _gather(pages_pool: np.ndarray, pages: np.ndarray, length: int) -> np.ndarra
     return np.swapaxes(chosen, 0, 1).reshape(heads, pages.size * page_size, size)[:, :length]
 
 
-def paged_attention(q, k_pages, v_pages, block_table, kv_lens, *, cu_seqlens_q=None, return_lse=False, **options):
+def paged_attention(
+    q, k_pages, v_pages, block_table, kv_lens, *, layout="HND", cu_seqlens_q=None, return_lse=False, **options
+):
     r"""Attention of a batch of sequences whose keys and values sit in a paged cache.
 
     Sequence ``b`` has ``kv_lens[b]`` keys; key ``j`` of it is
-    ``k_pages[block_table[b, j // page_size], :, j % page_size]``, and
-    likewise its value. Each sequence is computed as a call of its own to
-    `scaled_dot_product_attention` over its own keys, with every option
-    applied per sequence, as in `varlen_attention`.
+    ``k_pages[block_table[b, j // page_size], :, j % page_size]`` in the
+    "HND" layout (``k_pages[block_table[b, j // page_size], j % page_size]``
+    in "NHD"), and likewise its value. Each sequence is computed as a call of
+    its own to `scaled_dot_product_attention` over its own keys, with every
+    option applied per sequence, as in `varlen_attention`.
 
     Parameters
     ----------
     q : array_like, shape (B, Hq, Lq, E), or (Hq, total_q, E) with `cu_seqlens_q`
         Queries: ``Lq`` of every sequence, or packed sequences of different
         lengths, as `varlen_attention` takes them.
-    k_pages : array_like, shape (num_pages, Hkv, page_size, E)
-        The pool of key pages, heads before positions (FlashInfer's "HND").
-        A cache in FlashAttention's and vLLM's order ``(num_pages,
-        page_size, Hkv, E)`` (FlashInfer's "NHD") is
-        ``np.swapaxes(cache, 1, 2)``, or `nhd_to_hnd`.
-    v_pages : array_like, shape (num_pages, Hkv, page_size, Ev)
-        The pool of value pages, aligned with `k_pages`.
+    k_pages : array_like, shape (num_pages, Hkv, page_size, E) or (num_pages, page_size, Hkv, E)
+        The pool of key pages, in the order `layout` names. fp8 pools
+        (``float8_e4m3fn``, ``float8_e5m2``) take ``k_descale``.
+    v_pages : array_like, shape (num_pages, Hkv, page_size, Ev) or (num_pages, page_size, Hkv, Ev)
+        The pool of value pages, aligned with `k_pages`, in the same layout.
     block_table : array_like of int, shape (B, max_pages)
         Row ``b`` lists the pages of sequence ``b`` in order. Only its first
         ``ceil(kv_lens[b] / page_size)`` entries are read; the rest are
@@ -102,6 +139,13 @@ def paged_attention(q, k_pages, v_pages, block_table, kv_lens, *, cu_seqlens_q=N
         Number of cached keys of each sequence, in ``[0, max_pages *
         page_size]``. The unused positions of a sequence's last page are
         never read.
+    layout : {"HND", "NHD"}, optional
+        The order of a page's axes, as FlashInfer names them: "HND" (the
+        default), heads before positions, ``(num_pages, Hkv, page_size, E)``;
+        "NHD", positions before heads, ``(num_pages, page_size, Hkv, E)``,
+        the order of vLLM's and FlashAttention's caches. Both give the same
+        result on the same data: an "NHD" pool is read through a transposed
+        view, nothing copied (`nhd_to_hnd`).
     cu_seqlens_q : array_like of int, shape (B + 1,), optional
         Cumulative query offsets of a packed `q`, as in `varlen_attention`.
         A sequence may have no queries.
@@ -115,8 +159,8 @@ def paged_attention(q, k_pages, v_pages, block_table, kv_lens, *, cu_seqlens_q=N
         ``(Hq,)``), ``enable_gqa``, ``dropout_p`` with ``rng`` or
         ``dropout_mask`` (a list of one keep-mask per sequence, each
         broadcastable to ``(Hq, Lq_b, kv_lens[b])``), ``return_weights``,
-        and for fp8 input ``q_descale``, ``k_descale`` and ``v_descale``:
-        scalars, or shape ``(B, Hkv)`` with row ``b`` for sequence ``b``. ``causal_alignment="bottom-right"`` makes each
+        and for fp8 input ``q_descale``, ``k_descale`` and ``v_descale``
+        (see Notes). ``causal_alignment="bottom-right"`` makes each
         sequence's queries its last positions: chunked prefill and decoding.
         ``mask`` and ``bias`` are not accepted.
 
@@ -140,8 +184,10 @@ def paged_attention(q, k_pages, v_pages, block_table, kv_lens, *, cu_seqlens_q=N
         if `mask` or `bias` is given, or as `scaled_dot_product_attention`
         raises.
     ValueError
-        If an array has the wrong number of dimensions, `k_pages` and
-        `v_pages` disagree on the number of pages, heads or the page size,
+        If `layout` is not "HND" or "NHD", an array has the wrong number of
+        dimensions, `k_pages` and `v_pages` disagree on the number of pages,
+        heads or the page size, a descale does not have one of the shapes
+        in Notes,
         `kv_lens` does not have one entry per row of `block_table`, a length
         is negative or past the table's capacity, a used entry of
         `block_table` is not a page index, `q` or `cu_seqlens_q` does not
@@ -152,7 +198,8 @@ def paged_attention(q, k_pages, v_pages, block_table, kv_lens, *, cu_seqlens_q=N
     --------
     varlen_attention : The same batch with the keys already gathered and packed.
     block_table_from_indptr : FlashInfer's page lists as a block table.
-    nhd_to_hnd : FlashInfer's and vLLM's page layout to this one.
+    nhd_to_hnd : The "NHD" layout as "HND".
+    quantize_fp8 : Quantizes a pool to fp8 with one descale per head (``per_head=True, axis=``).
 
     Notes
     -----
@@ -168,6 +215,18 @@ def paged_attention(q, k_pages, v_pages, block_table, kv_lens, *, cu_seqlens_q=N
     exactly. Only the used pages are gathered, one sequence at a time, so
     the memory taken besides the output is that of one sequence's keys and
     values; nothing else in the pool is read.
+
+    A descale is a scalar (one factor for the whole array), or anything
+    that broadcasts to ``(B, Hkv)``, FlashAttention 3's convention: one
+    factor per sequence and key/value head, row ``b`` for sequence ``b``
+    (``q_descale[b, g]`` scales every query head of group ``g``). So
+    ``(Hkv,)`` or ``(1, Hkv)`` give each head one factor for every
+    sequence. ``k_descale`` and ``v_descale`` may also be the descale of a
+    pool quantized per head, as ``quantize_fp8(pages, per_head=True,
+    axis=h)`` returns it with ``h`` the layout's head axis: shape ``(1,
+    Hkv, 1, 1)`` for "HND" (``axis=1``), ``(1, 1, Hkv, 1)`` for "NHD"
+    (``axis=2``). Any other shape is a ValueError; a descale that varies by
+    page or position is not a per-sequence factor and is not accepted.
 
     References
     ----------
@@ -193,14 +252,27 @@ def paged_attention(q, k_pages, v_pages, block_table, kv_lens, *, cu_seqlens_q=N
 
     Sequence 0 averages the values 4, 5 (page 2) and 0 (page 0); sequence 1
     reads the value 2 of page 1 alone.
+
+    The same pool with positions before heads, vLLM's order, gives the same
+    result with ``layout="NHD"``:
+
+    >>> k_nhd, v_nhd = np.swapaxes(k_pages, 1, 2), np.swapaxes(v_pages, 1, 2)
+    >>> k_nhd.shape
+    (3, 2, 1, 1)
+    >>> nhd = paged_attention(q, k_nhd, v_nhd, block_table, [3, 1], layout="NHD")
+    >>> np.array_equal(nhd, paged_attention(q, k_pages, v_pages, block_table, [3, 1]))
+    True
     """
     reject_per_pair_options(options, "paged_attention")
+    layout = check_choice(layout, "layout", tuple(_LAYOUTS))
     return_lse = check_bool(return_lse, "return_lse")
     q = as_real_array(q, "q", fp8=True)
     k_pages = as_real_array(k_pages, "k_pages", fp8=True)
     v_pages = as_real_array(v_pages, "v_pages", fp8=True)
-    _check_pages(k_pages, v_pages)
-    num_pages, _, page_size, _ = k_pages.shape
+    _check_pages(k_pages, v_pages, layout)
+    if layout == "NHD":  # (num_pages, page_size, Hkv, E) -> (num_pages, Hkv, page_size, E): views, nothing copied
+        k_pages, v_pages = np.swapaxes(k_pages, 1, 2), np.swapaxes(v_pages, 1, 2)
+    num_pages, n_kv_heads, page_size, _ = k_pages.shape
     table = as_int_array(block_table, "block_table", 2, "(B, max_pages)")
     lens = as_int_array(kv_lens, "kv_lens", 1, "(B,)")
     n_seq = table.shape[0]
@@ -223,6 +295,10 @@ def paged_attention(q, k_pages, v_pages, block_table, kv_lens, *, cu_seqlens_q=N
                 f"got {cu.size}"
             )
         queries = [q[:, q0:q1] for q0, q1 in itertools.pairwise(cu)]
+    options = options | {
+        name: _sequence_descale(options[name], name, layout, n_seq, n_kv_heads)
+        for name in DESCALES if options.get(name) is not None
+    }
 
     parts = (
         (q_b, _gather(k_pages, pages, length), _gather(v_pages, pages, length))
@@ -234,7 +310,9 @@ def paged_attention(q, k_pages, v_pages, block_table, kv_lens, *, cu_seqlens_q=N
     if not outs:  # no sequences: one empty call gives the checks, the output's shape and its dtype
         none = np.zeros(0, dtype=np.int64)
         empty = (q, _gather(k_pages, none, 0), _gather(v_pages, none, 0))
-        outs, _, lses = attend_each([empty], options | {"return_weights": False}, return_lse)
+        # (0, Hkv) descales have no row for the one call; they do not change the output's dtype
+        no_rows = {name: None for name in DESCALES if np.ndim(options.get(name)) == 2}
+        outs, _, lses = attend_each([empty], options | no_rows | {"return_weights": False}, return_lse)
         join = lambda parts, axis: parts[0]  # noqa: E731  (the one call's output is the result)
     results = (join(outs, axis=axis),)
     if options.get("return_weights", False):
@@ -316,6 +394,14 @@ def block_table_from_indptr(indptr, indices, last_page_len, page_size):
 def nhd_to_hnd(pages):
     """A page pool in FlashInfer's "NHD" order, which FlashAttention and vLLM use, as "HND".
 
+    A change of layout is a transpose: every value keeps its bits, whatever
+    the dtype (float16, bfloat16, float32, float64, and the fp8 formats
+    ``float8_e4m3fn`` and ``float8_e5m2``, which stay fp8). An fp8 pool's
+    descales keep their values: a per-head descale of shape ``(1, 1, H,
+    1)`` becomes ``(1, H, 1, 1)`` through the same function.
+    `paged_attention` also reads "NHD" pools directly, with
+    ``layout="NHD"``.
+
     Parameters
     ----------
     pages : array_like, shape (num_pages, page_size, H, E)
@@ -324,7 +410,8 @@ def nhd_to_hnd(pages):
     Returns
     -------
     ndarray, shape (num_pages, H, page_size, E)
-        A view with heads before positions: `paged_attention`'s order.
+        A view with heads before positions (`paged_attention`'s default
+        order), in the dtype of `pages` (integers become float64).
 
     Raises
     ------
@@ -335,7 +422,7 @@ def nhd_to_hnd(pages):
 
     See Also
     --------
-    paged_attention : Takes pages in this order.
+    paged_attention : Takes pages in either order.
 
     Examples
     --------
@@ -347,6 +434,6 @@ def nhd_to_hnd(pages):
            [ 6.,  7.],
            [10., 11.]])
     """
-    arr = as_real_array(pages, "pages")
+    arr = as_real_array(pages, "pages", fp8=True)
     check_exact_ndim(arr, "pages", 4, "(num_pages, page_size, H, E)")
     return np.swapaxes(arr, 1, 2)

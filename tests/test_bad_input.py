@@ -775,3 +775,36 @@ def test_infinite_keys_values_and_inputs_do_not_warn():
 
 def test_merge_attention_with_an_infinite_lse_does_not_warn():
     merge_attention([W2, W2], [np.array([np.inf, 0.0]), np.zeros(2)])
+
+
+# ---------------------------------------------------------------------------
+# Page layouts and per-head fp8 quantization: the arguments added with them (the rest: tests/test_paged.py and
+# tests/test_fp8.py).
+
+_PAGES = np.zeros((3, 1, 2, 2))  # (num_pages, Hkv, page_size, E) in "HND"; (num_pages, page_size, Hkv, E) in "NHD"
+LAYOUT_AND_AXIS_CASES = [
+    ("paged_attention", "layout-lowercase", call(attention_ref.paged_attention, np.zeros((1, 1, 1, 2)), _PAGES,
+                                                 _PAGES, [[0]], [1], layout="nhd"), ValueError,
+     r"^layout must be one of 'HND', 'NHD'; got 'nhd'"),
+    ("paged_attention", "layout-None", call(attention_ref.paged_attention, np.zeros((1, 1, 1, 2)), _PAGES, _PAGES,
+                                            [[0]], [1], layout=None), ValueError, r"^layout .*got None"),
+    ("paged_attention", "k_descale-per-page", call(attention_ref.paged_attention, np.zeros((1, 1, 1, 2)), _PAGES,
+                                                   _PAGES, [[0]], [1], k_descale=np.ones((3, 1, 1, 1))),
+     ValueError, r"^k_descale "),
+    ("quantize_fp8", "axis-without-per_head", call(attention_ref.quantize_fp8, np.ones((2, 3)), axis=0), ValueError,
+     r"^axis "),
+    ("quantize_fp8", "axis-out-of-range", call(attention_ref.quantize_fp8, np.ones((2, 3)), per_head=True, axis=-3),
+     ValueError, r"^axis=-3 "),
+    ("quantize_fp8", "axis-str", call(attention_ref.quantize_fp8, np.ones((2, 3)), per_head=True, axis="heads"),
+     TypeError, r"^axis "),
+    ("quantize_fp8", "per_head-str", call(attention_ref.quantize_fp8, np.ones((2, 3)), per_head="yes"), TypeError,
+     r"^per_head "),
+]
+
+
+@pytest.mark.parametrize(("thunk", "exc", "pattern"), [
+    pytest.param(thunk, exc, pattern, id=f"{name}-{case_id}")
+    for name, case_id, thunk, exc, pattern in LAYOUT_AND_AXIS_CASES
+])
+def test_layout_and_axis_raise_a_named_error(thunk, exc, pattern):
+    test_bad_input_raises_a_named_error(thunk, exc, pattern)

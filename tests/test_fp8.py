@@ -3,9 +3,11 @@
 import numpy as np
 import pytest
 from conftest import require
+from test_paged import gathered
 
 import attention_ref as ar
-from attention_ref import paged_attention, quantize_fp8, scaled_dot_product_attention, varlen_attention
+from attention_ref import nhd_to_hnd, paged_attention, quantize_fp8, scaled_dot_product_attention, varlen_attention
+from attention_ref.fp8 import FP8_MAX
 from attention_ref.testing import assert_attention_close, assert_lse_close
 
 FORMATS = ["float8_e4m3fn", "float8_e5m2"]
@@ -111,6 +113,135 @@ def test_varlen_and_paged_take_a_descale_row_per_sequence():
         varlen_attention(q8, k8, v8, [0, 1, 2, 3], cu_k, k_descale=kd[:2])
 
 
+# --- page pools: one descale per head, both layouts --------------------------------
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize(("layout", "axis", "shape"), [("HND", 1, (1, 3, 1, 1)), ("NHD", 2, (1, 1, 3, 1)),
+                                                         ("NHD", -2, (1, 1, 3, 1))])
+def test_quantize_a_pool_per_head(fmt, layout, axis, shape):
+    # 6 pages of 4 positions, 3 heads of very different sizes, head 1's amax in one page only
+    rng = np.random.default_rng(8)
+    pool = rng.uniform(-1.0, 1.0, (6, 3, 4, 8)) * np.array([1.0, 50.0, 0.02])[:, None, None]  # HND
+    pool[4, 1, 2, 3] = -200.0
+    x = pool if layout == "HND" else np.swapaxes(pool, 1, 2)
+    x8, descale = quantize_fp8(x, fmt, per_head=True, axis=axis)
+    assert descale.shape == shape and descale.dtype == np.float32 and x8.shape == x.shape
+    amax = np.abs(pool.astype(np.float32)).max(axis=(0, 2, 3))  # (H,): every page, position and feature
+    assert amax[1] == 200.0
+    np.testing.assert_array_equal(descale.ravel(), amax / np.float32(FP8_MAX[fmt]))
+    heads = np.moveaxis(np.abs(x8.astype(np.float64)), axis, 0).reshape(3, -1)  # (H, everything else)
+    np.testing.assert_array_equal(heads.max(axis=1), FP8_MAX[fmt])  # each head's amax lands on the fp8 max
+    back = x8.astype(np.float64) * descale  # the descale broadcasts against the pool as it is
+    rel = {"float8_e4m3fn": 2.0**-4, "float8_e5m2": 2.0**-3}[fmt]
+    assert np.all(np.abs(back - x) <= rel * np.abs(x) + amax.reshape(shape) * 2.0**-10)
+
+
+def test_a_pool_without_axis_is_not_quantized_per_head():
+    pool = np.random.default_rng(9).standard_normal((6, 3, 4, 8))
+    _, per_page_and_head = quantize_fp8(pool, per_head=True)  # read as (B, H, L, E)
+    assert per_page_and_head.shape == (6, 3)
+    _, per_head = quantize_fp8(pool, per_head=True, axis=1)
+    np.testing.assert_array_equal(per_head.ravel(), per_page_and_head.max(axis=0))
+
+
+def paged_fp8_problem(seed, fmt, layout, *, B=3, Hq=4, Hkv=2, page_size=4, E=16):
+    """A quantized pool (per head, in `layout`), its descales, fp8 queries with a (B, Hkv) descale, table and lens."""
+    rng = np.random.default_rng(seed)
+    lens = np.array([9, 0, 5])[:B]
+    num_pages = 7
+    table = np.array([[5, 1, 3], [0, 0, 0], [6, 2, -1]])[:B]
+    k = rng.standard_normal((num_pages, Hkv, page_size, E)) * np.array([1.0, 8.0])[:, None, None]  # HND
+    v = 3.0 * rng.standard_normal((num_pages, Hkv, page_size, E))
+    if layout == "NHD":
+        k, v = np.swapaxes(k, 1, 2), np.swapaxes(v, 1, 2)
+    axis = {"HND": 1, "NHD": 2}[layout]
+    (k8, kd), (v8, vd) = (quantize_fp8(a, fmt, per_head=True, axis=axis) for a in (k, v))
+    q = rng.standard_normal((B, Hq, 2, E))
+    qd = np.full((B, Hkv), np.abs(q).max() / FP8_MAX[fmt], dtype=np.float32)
+    q8 = (q / qd[0, 0]).astype(k8.dtype)
+    return q8, k8, v8, table, lens, {"q_descale": qd, "k_descale": kd, "v_descale": vd}
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_paged_fp8_pools_in_both_layouts(fmt):
+    q8, k8, v8, table, lens, descales = paged_fp8_problem(10, fmt, "HND")
+    options = {"enable_gqa": True, "is_causal": True, "causal_alignment": "bottom-right"}
+    hnd = paged_attention(q8, k8, v8, table, lens, **descales, **options)
+    assert hnd.dtype.name == "bfloat16"
+    # the reference: the pool dequantized in float64 (exactly), gathered, attended, rounded once to bfloat16
+    k, v = (a8.astype(np.float64) * d for a8, d in ((k8, descales["k_descale"]), (v8, descales["v_descale"])))
+    q = q8.astype(np.float64) * descales["q_descale"][0, 0]
+    for b, n in enumerate(lens):
+        want = scaled_dot_product_attention(q[b], gathered(k, table, b, n), gathered(v, table, b, n), **options)
+        np.testing.assert_array_equal(hnd[b], want.astype(hnd.dtype))
+    # the same pool quantized in the NHD order: the same fp8 bits, the same descales, the same output
+    q8n, k8n, v8n, _, _, nhd_descales = paged_fp8_problem(10, fmt, "NHD")
+    np.testing.assert_array_equal(np.swapaxes(k8n, 1, 2).view(np.uint8), k8.view(np.uint8))
+    np.testing.assert_array_equal(nhd_descales["k_descale"].ravel(), descales["k_descale"].ravel())
+    nhd = paged_attention(q8n, k8n, v8n, table, lens, layout="NHD", **nhd_descales, **options)
+    np.testing.assert_array_equal(nhd, hnd)
+    # nhd_to_hnd turns the NHD pool and its per-head descales, (1, 1, Hkv, 1), into HND ones, (1, Hkv, 1, 1)
+    moved = {name: nhd_to_hnd(d) if d.ndim == 4 else d for name, d in nhd_descales.items()}
+    np.testing.assert_array_equal(paged_attention(q8n, nhd_to_hnd(k8n), nhd_to_hnd(v8n), table, lens, **moved,
+                                                  **options), hnd)
+
+
+def test_paged_takes_every_shape_of_a_per_head_descale():
+    q8, k8, v8, table, lens, descales = paged_fp8_problem(11, "float8_e4m3fn", "NHD")
+    kd, vd = descales["k_descale"], descales["v_descale"]  # (1, 1, Hkv, 1)
+    base = {"q_descale": descales["q_descale"], "enable_gqa": True, "layout": "NHD"}
+    want = paged_attention(q8, k8, v8, table, lens, k_descale=np.tile(kd.reshape(1, 2), (3, 1)),
+                           v_descale=np.tile(vd.reshape(1, 2), (3, 1)), **base)  # FlashAttention 3's (B, Hkv)
+    for shape in ((1, 1, 2, 1), (2,), (1, 2)):
+        got = paged_attention(q8, k8, v8, table, lens, k_descale=kd.reshape(shape), v_descale=vd.reshape(shape),
+                              **base)
+        np.testing.assert_array_equal(got, want)
+    q_one = paged_attention(q8, k8, v8, table, lens, k_descale=kd, v_descale=vd,
+                            **(base | {"q_descale": descales["q_descale"][0]}))  # (Hkv,) for q too
+    np.testing.assert_array_equal(q_one, want)
+    wrong_scale = paged_attention(q8, k8, v8, table, lens, k_descale=kd, v_descale=vd * 2, **base)
+    assert not np.array_equal(wrong_scale, want)  # the descale is applied, not ignored
+    # no sequences: a (0, Hkv) descale, or one that broadcasts to it, has no row to give and needs none
+    empty = paged_attention(q8[:0], k8, v8, table[:0], lens[:0], k_descale=kd, v_descale=np.ones((0, 2)),
+                            **(base | {"q_descale": 1.0}))
+    assert empty.shape == (0, 4, 2, 16) and empty.dtype.name == "bfloat16"
+
+
+@pytest.mark.parametrize(
+    ("layout", "name", "descale", "match"),
+    [
+        ("NHD", "k_descale", np.ones((1, 2, 1, 1)), r"^k_descale must be a scalar, or broadcast to \(B, Hkv\) = "
+         r"\(3, 2\).*per-head descale of the NHD pool, \(1, 1, 2, 1\); got shape \(1, 2, 1, 1\)"),
+        ("HND", "v_descale", np.ones((7, 2, 1, 1)), r"^v_descale must be .*\(1, 2, 1, 1\); got shape \(7, 2, 1, 1\)"),
+        ("HND", "k_descale", np.ones((4, 2)), r"^k_descale must be a scalar, or broadcast to \(B, Hkv\)"),
+        ("HND", "k_descale", np.ones(3), r"^k_descale .*got shape \(3,\)$"),
+        ("HND", "k_descale", np.ones((1, 3, 2)), r"^k_descale .*got shape \(1, 3, 2\)$"),
+        ("HND", "q_descale", np.ones((1, 2, 1, 1)), r"^q_descale must be .*\(3, 2\): .* per head\); got shape"),
+    ],
+)
+def test_paged_descale_of_the_wrong_shape(layout, name, descale, match):
+    q8, k8, v8, table, lens, _ = paged_fp8_problem(12, "float8_e4m3fn", layout)
+    with pytest.raises(ValueError, match=match):
+        paged_attention(q8, k8, v8, table, lens, layout=layout, enable_gqa=True, **{name: descale})
+
+
+@pytest.mark.torch
+def test_paged_takes_a_torch_fp8_nhd_pool():
+    torch = require("torch")
+    q8, k8, v8, table, lens, descales = paged_fp8_problem(13, "float8_e4m3fn", "NHD")
+    want = paged_attention(q8, k8, v8, table, lens, layout="NHD", enable_gqa=True, **descales)
+
+    def tensor(a8):
+        return torch.from_numpy(np.ascontiguousarray(a8).view(np.uint8)).view(torch.float8_e4m3fn)
+
+    got = paged_attention(tensor(q8), tensor(k8), tensor(v8), torch.from_numpy(table), torch.from_numpy(lens),
+                          layout="NHD", enable_gqa=True,
+                          **{name: torch.from_numpy(d) for name, d in descales.items()})
+    assert got.dtype.name == "bfloat16"
+    np.testing.assert_array_equal(got, want)
+
+
 # --- the checker: FlashAttention 3's baseline -----------------------------------
 
 
@@ -178,3 +309,12 @@ def test_descale_bad_input():
         quantize_fp8(np.ones(3), per_head=True)
     with pytest.raises(ValueError, match=r"^x must be finite"):
         quantize_fp8(np.array([1.0, np.inf]))
+    with pytest.raises(ValueError, match=r"^axis names the head axis of per_head=True; got axis=1 with per_head=False"):
+        quantize_fp8(np.ones((2, 3)), axis=1)
+    for axis in (2, -3):
+        with pytest.raises(ValueError, match=rf"^axis={axis} is out of range for an array with 2 dimensions"):
+            quantize_fp8(np.ones((2, 3)), per_head=True, axis=axis)
+    with pytest.raises(TypeError, match=r"^axis must be an integer; got 1.0"):
+        quantize_fp8(np.ones((2, 3)), per_head=True, axis=1.0)
+    with pytest.raises(TypeError, match=r"^per_head must be True or False; got 1"):
+        quantize_fp8(np.ones((2, 3)), per_head=1)

@@ -1,6 +1,7 @@
 """paged_attention: each sequence's keys are read from pages named by its block table, and nothing else."""
 
 import itertools
+import re
 
 import numpy as np
 import pytest
@@ -200,6 +201,67 @@ def test_torch_sdpa_on_the_gathered_keys(rng):
             assert np.max(np.abs(out[b] - theirs)) <= 1e-12
 
 
+# --- the "NHD" layout -----------------------------------------------------------
+
+
+def to_nhd(pages):
+    """A pool written out in the "NHD" order (num_pages, page_size, H, E): a contiguous copy, not a view."""
+    return np.ascontiguousarray(np.swapaxes(pages, 1, 2))
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float16", "bfloat16"])
+@pytest.mark.parametrize("packed", [False, True], ids=["dense-q", "packed-q"])
+def test_nhd_layout_equals_hnd_on_the_same_data(rng, dtype, packed):
+    # GQA (4 query heads, 2 key/value heads), page size 3 (neither the head count nor E), a sequence with no key
+    dt = np.dtype(require("ml_dtypes").bfloat16) if dtype == "bfloat16" else np.dtype(dtype)
+    q, k_pages, v_pages, table, kv_lens = (
+        x.astype(dt) if x.dtype.kind == "f" else x
+        for x in paged_problem(rng, [7, 0, 1, 9], page_size=3, Hq=4, Hkv=2)
+    )
+    options = {"enable_gqa": True, "is_causal": True, "causal_alignment": "bottom-right", "return_lse": True}
+    if packed:
+        options["cu_seqlens_q"] = [0, 3, 3, 4, 6]
+        q = np.concatenate(list(q), axis=-2)[:, :6]  # (Hq, 6, E): 3, 0, 1 and 2 queries
+    hnd, hnd_lse = paged_attention(q, k_pages, v_pages, table, kv_lens, **options)
+    nhd, nhd_lse = paged_attention(q, to_nhd(k_pages), to_nhd(v_pages), table, kv_lens, layout="NHD", **options)
+    assert nhd.dtype == hnd.dtype == dt
+    np.testing.assert_array_equal(nhd, hnd)
+    np.testing.assert_array_equal(nhd_lse, hnd_lse)
+    if dtype == "float64" and not packed:  # and both are the written-out gather
+        expected = reference(q, k_pages, v_pages, table, kv_lens, enable_gqa=True, is_causal=True,
+                             causal_alignment="bottom-right")
+        np.testing.assert_allclose(hnd, expected, rtol=0, atol=1e-13)
+
+
+def test_nhd_reads_positions_before_heads():
+    # 2 pages of 3 positions, 2 heads: the value of (page p, position s, head h) is 100 p + 10 s + h.
+    v_nhd = (100.0 * np.arange(2)[:, None, None] + 10.0 * np.arange(3)[:, None] + np.arange(2))[..., None]
+    k_nhd = np.zeros((2, 3, 2, 1))
+    out = paged_attention(np.zeros((1, 2, 1, 1)), k_nhd, v_nhd, [[1, 0]], [4], layout="NHD")
+    # keys 0..3: page 1 positions 0, 1, 2, then page 0 position 0; equal scores, so each head averages them
+    np.testing.assert_array_equal(out[0, :, 0, 0], [(100 + 110 + 120 + 0) / 4 + h for h in (0, 1)])
+
+
+def test_nhd_to_hnd_keeps_every_bit_of_fp8(rng):
+    ml_dtypes = require("ml_dtypes")
+    raw = rng.integers(0, 256, size=(3, 4, 2, 5), dtype=np.uint8)  # every bit pattern: NaN, -0, inf (e5m2) too
+    for fmt in ("float8_e4m3fn", "float8_e5m2"):
+        nhd = raw.view(getattr(ml_dtypes, fmt))
+        hnd = nhd_to_hnd(nhd)
+        assert hnd.dtype == nhd.dtype and hnd.shape == (3, 2, 4, 5)
+        for n, s, h in itertools.product(range(3), range(4), range(2)):
+            np.testing.assert_array_equal(hnd[n, h, s].view(np.uint8), raw[n, s, h])
+        np.testing.assert_array_equal(nhd_to_hnd(hnd).view(np.uint8), raw)  # the transpose is its own inverse
+    for dtype in (np.float16, np.float32, np.dtype(ml_dtypes.bfloat16)):
+        assert nhd_to_hnd(np.ones((1, 2, 3, 4), dtype=dtype)).dtype == dtype
+
+
+@pytest.mark.parametrize("layout", ["hnd", "BHSD", None, 1])
+def test_unknown_layout_names_the_choices(layout):
+    with pytest.raises(ValueError, match=rf"^layout must be one of 'HND', 'NHD'; got {re.escape(repr(layout))}$"):
+        paged_attention(_Q, _K, _V, _T, [1, 1], layout=layout)
+
+
 # --- converters -------------------------------------------------------------
 
 
@@ -267,6 +329,11 @@ _T = np.array([[0, 1], [2, -1]])
         ((_Q, _K, _V, _T, [1, 1]), {"bias": np.zeros((1, 1))}, TypeError, r"^paged_attention does not take bias"),
         ((_Q.astype(bool), _K, _V, _T, [1, 1]), {}, TypeError, r"^q must hold real numbers"),
         ((_Q, _K, _V, _T, [1, 1]), {"alibi_slopes": [1.0, 2.0]}, ValueError, r"^alibi_slopes"),
+        ((_Q, _K, _V[0], _T, [1, 1]), {"layout": "NHD"}, ValueError,
+         r"^v_pages must have exactly 4 dimensions \(num_pages, page_size, Hkv, Ev\) \(layout='NHD'\)"),
+        ((_Q, _K, np.zeros((3, 1, 1, 1)), _T, [1, 1]), {"layout": "NHD"}, ValueError,
+         r"same number of heads \(axis 2\)"),
+        ((_Q, _K, np.zeros((3, 2, 2, 1)), _T, [1, 1]), {"layout": "NHD"}, ValueError, r"same page size \(axis 1\)"),
     ],
 )
 def test_bad_input_names_the_argument(args, kwargs, error, match):
