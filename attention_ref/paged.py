@@ -109,6 +109,51 @@ def _gather(pages_pool: np.ndarray, pages: np.ndarray, length: int) -> np.ndarra
     return np.swapaxes(chosen, 0, 1).reshape(heads, pages.size * page_size, size)[:, :length]
 
 
+def prepare_paged(q, k_pages, v_pages, block_table, kv_lens, layout, cu_seqlens_q, options: dict, function: str):
+    """The checked arguments of a paged call: ``(q, k_pages, v_pages, rows, used, lens, options)``.
+
+    The pools come back in "HND" order (views of an "NHD" pool); ``rows[b]`` indexes sequence b's queries in
+    `q` (``(b,)``, or ``(:, q0:q1)`` of packed queries), ``used[b]`` its pages and ``lens[b]`` its length;
+    the descales in `options` become (B, Hkv), one row per sequence.
+    """
+    reject_per_pair_options(options, function)
+    layout = check_choice(layout, "layout", tuple(_LAYOUTS))
+    q = as_real_array(q, "q", fp8=True)
+    k_pages = as_real_array(k_pages, "k_pages", fp8=True)
+    v_pages = as_real_array(v_pages, "v_pages", fp8=True)
+    _check_pages(k_pages, v_pages, layout)
+    if layout == "NHD":  # (num_pages, page_size, Hkv, E) -> (num_pages, Hkv, page_size, E): views, nothing copied
+        k_pages, v_pages = np.swapaxes(k_pages, 1, 2), np.swapaxes(v_pages, 1, 2)
+    num_pages, n_kv_heads, page_size, _ = k_pages.shape
+    table = as_int_array(block_table, "block_table", 2, "(B, max_pages)")
+    lens = as_int_array(kv_lens, "kv_lens", 1, "(B,)")
+    n_seq = table.shape[0]
+    _check_lengths(lens, n_seq, table.shape[1] * page_size)
+    used = _used_pages(table, lens, page_size, num_pages)
+    rows: list[tuple]
+    if cu_seqlens_q is None:
+        check_exact_ndim(q, "q", 4, "(B, Hq, Lq, E) without cu_seqlens_q")
+        if q.shape[0] != n_seq:
+            raise ValueError(
+                f"q must have one sequence per row of block_table on axis 0, {n_seq}; got q {q.shape}"
+            )
+        rows = [(b,) for b in range(n_seq)]
+    else:
+        check_exact_ndim(q, "q", 3, "(Hq, total_q, E) with cu_seqlens_q")
+        cu = _check_cu_seqlens(cu_seqlens_q, "cu_seqlens_q", q.shape[-2], "queries (q.shape[-2])")
+        if cu.size != n_seq + 1:
+            raise ValueError(
+                f"cu_seqlens_q must have B + 1 = {n_seq + 1} entries for the {n_seq} rows of block_table; "
+                f"got {cu.size}"
+            )
+        rows = [(slice(None), slice(q0, q1)) for q0, q1 in itertools.pairwise(cu)]
+    options = options | {
+        name: _sequence_descale(options[name], name, layout, n_seq, n_kv_heads)
+        for name in DESCALES if options.get(name) is not None
+    }
+    return q, k_pages, v_pages, rows, used, lens, options
+
+
 def paged_attention(
     q, k_pages, v_pages, block_table, kv_lens, *, layout="HND", cu_seqlens_q=None, return_lse=False, **options
 ):
@@ -263,46 +308,12 @@ def paged_attention(
     >>> np.array_equal(nhd, paged_attention(q, k_pages, v_pages, block_table, [3, 1]))
     True
     """
-    reject_per_pair_options(options, "paged_attention")
-    layout = check_choice(layout, "layout", tuple(_LAYOUTS))
     return_lse = check_bool(return_lse, "return_lse")
-    q = as_real_array(q, "q", fp8=True)
-    k_pages = as_real_array(k_pages, "k_pages", fp8=True)
-    v_pages = as_real_array(v_pages, "v_pages", fp8=True)
-    _check_pages(k_pages, v_pages, layout)
-    if layout == "NHD":  # (num_pages, page_size, Hkv, E) -> (num_pages, Hkv, page_size, E): views, nothing copied
-        k_pages, v_pages = np.swapaxes(k_pages, 1, 2), np.swapaxes(v_pages, 1, 2)
-    num_pages, n_kv_heads, page_size, _ = k_pages.shape
-    table = as_int_array(block_table, "block_table", 2, "(B, max_pages)")
-    lens = as_int_array(kv_lens, "kv_lens", 1, "(B,)")
-    n_seq = table.shape[0]
-    _check_lengths(lens, n_seq, table.shape[1] * page_size)
-    used = _used_pages(table, lens, page_size, num_pages)
-
-    if cu_seqlens_q is None:
-        check_exact_ndim(q, "q", 4, "(B, Hq, Lq, E) without cu_seqlens_q")
-        if q.shape[0] != n_seq:
-            raise ValueError(
-                f"q must have one sequence per row of block_table on axis 0, {n_seq}; got q {q.shape}"
-            )
-        queries = list(q)
-    else:
-        check_exact_ndim(q, "q", 3, "(Hq, total_q, E) with cu_seqlens_q")
-        cu = _check_cu_seqlens(cu_seqlens_q, "cu_seqlens_q", q.shape[-2], "queries (q.shape[-2])")
-        if cu.size != n_seq + 1:
-            raise ValueError(
-                f"cu_seqlens_q must have B + 1 = {n_seq + 1} entries for the {n_seq} rows of block_table; "
-                f"got {cu.size}"
-            )
-        queries = [q[:, q0:q1] for q0, q1 in itertools.pairwise(cu)]
-    options = options | {
-        name: _sequence_descale(options[name], name, layout, n_seq, n_kv_heads)
-        for name in DESCALES if options.get(name) is not None
-    }
-
+    q, k_pages, v_pages, rows, used, lens, options = prepare_paged(
+        q, k_pages, v_pages, block_table, kv_lens, layout, cu_seqlens_q, options, "paged_attention")
     parts = (
-        (q_b, _gather(k_pages, pages, length), _gather(v_pages, pages, length))
-        for q_b, pages, length in zip(queries, used, lens, strict=True)
+        (q[index], _gather(k_pages, pages, length), _gather(v_pages, pages, length))
+        for index, pages, length in zip(rows, used, lens, strict=True)
     )
     outs, weights, lses = attend_each(parts, options, return_lse)
     # (B, Hq, Lq, Ev) and (B, Hq, Lq) stacked; (Hq, total_q, Ev) and (Hq, total_q) packed

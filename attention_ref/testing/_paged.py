@@ -2,44 +2,21 @@
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 
 from .._interop import to_numpy
-from .._validation import as_int_array, as_real_array, check_exact_ndim
-from ..paged import _check_lengths, _check_pages, _gather, _used_pages, nhd_to_hnd
-from ..varlen import _check_cu_seqlens, reject_per_pair_options
+from ..paged import _gather, prepare_paged
 from ._checks import output_failure
 from ._problem import Problem
 
 __all__ = ["assert_paged_attention_close"]
-
-#: The page layouts a pool may have: heads before positions, or positions before heads.
-_LAYOUTS = ("HND", "NHD")
-
-
-def _sequences(q, cu_seqlens_q, n_seq: int):
-    """Each sequence's query slice: ``q[b]`` of (B, Hq, Lq, E), or ``q[:, cu[b]:cu[b+1]]`` of packed queries."""
-    if cu_seqlens_q is None:
-        check_exact_ndim(q, "q", 4, "(B, Hq, Lq, E) without cu_seqlens_q")
-        if q.shape[0] != n_seq:
-            raise ValueError(f"q must have one sequence per row of block_table on axis 0, {n_seq}; got q {q.shape}")
-        return [(b, (b,)) for b in range(n_seq)]
-    check_exact_ndim(q, "q", 3, "(Hq, total_q, E) with cu_seqlens_q")
-    cu = _check_cu_seqlens(cu_seqlens_q, "cu_seqlens_q", q.shape[-2], "queries (q.shape[-2])")
-    if cu.size != n_seq + 1:
-        raise ValueError(f"cu_seqlens_q must have B + 1 = {n_seq + 1} entries for the {n_seq} rows of block_table; "
-                         f"got {cu.size}")
-    return [(b, (slice(None), slice(q0, q1))) for b, (q0, q1) in enumerate(itertools.pairwise(cu))]
-
 
 def _per_sequence(options: dict, b: int) -> dict:
     """The options of sequence `b`: row b of (B, Hkv) descales, entry b of a list of keep-masks."""
     mine = dict(options)
     for name, value in options.items():
         if name.endswith("_descale") and value is not None and np.ndim(value) == 2:
-            mine[name] = to_numpy(value, name)[b]
+            mine[name] = value[b]
         elif name == "dropout_mask" and isinstance(value, (list, tuple)):
             mine[name] = value[b]
     return mine
@@ -133,33 +110,18 @@ def assert_paged_attention_close(actual, q, k_pages, v_pages, block_table, kv_le
     head 0: row 0 (8 elements)
     head 1: row 0 (8 elements)
     """
-    reject_per_pair_options(options, "assert_paged_attention_close")
-    if not isinstance(layout, str) or layout not in _LAYOUTS:
-        raise ValueError(f'layout must be "HND" (num_pages, Hkv, page_size, E) or "NHD" (num_pages, page_size, '
-                         f"Hkv, E); got {layout!r}")
-    q = as_real_array(q, "q", fp8=True)
-    actual_arr = to_numpy(actual, "actual")
-    k_pages, v_pages = (as_real_array(a, name, fp8=True) for a, name in ((k_pages, "k_pages"), (v_pages, "v_pages")))
-    if layout == "NHD":
-        for pool, name in ((k_pages, "k_pages"), (v_pages, "v_pages")):
-            check_exact_ndim(pool, name, 4, '(num_pages, page_size, Hkv, E) with layout="NHD"')
-        k_pages, v_pages = nhd_to_hnd(k_pages), nhd_to_hnd(v_pages)
-    _check_pages(k_pages, v_pages)
-    num_pages, _, page_size, _ = k_pages.shape
-    table = as_int_array(block_table, "block_table", 2, "(B, max_pages)")
-    lens = as_int_array(kv_lens, "kv_lens", 1, "(B,)")
-    _check_lengths(lens, table.shape[0], table.shape[1] * page_size)
-    used = _used_pages(table, lens, page_size, num_pages)
-    sequences = _sequences(q, cu_seqlens_q, table.shape[0])
+    q, k_pages, v_pages, rows, used, lens, options = prepare_paged(
+        q, k_pages, v_pages, block_table, kv_lens, layout, cu_seqlens_q, options, "assert_paged_attention_close")
+    actual = to_numpy(actual, "actual")
     want = (*q.shape[:-1], v_pages.shape[-1])
-    if actual_arr.shape != want:
+    if actual.shape != want:
         raise ValueError(f"actual must have the shape of the output, {want} (q's layout with Ev last); "
-                         f"got {actual_arr.shape}")
+                         f"got {actual.shape}")
     failures = []
-    for (b, rows), pages, length in zip(sequences, used, lens, strict=True):
+    for b, (index, pages, length) in enumerate(zip(rows, used, lens, strict=True)):
         k_b, v_b = _gather(k_pages, pages, int(length)), _gather(v_pages, pages, int(length))
-        check = Problem(q[rows], k_b, v_b, _per_sequence(options, b), "assert_paged_attention_close")
-        failures.append(output_failure(actual_arr[rows], check, factor=factor, atol=atol, dtype=dtype,
+        check = Problem(q[index], k_b, v_b, _per_sequence(options, b), "assert_paged_attention_close")
+        failures.append(output_failure(actual[index], check, factor=factor, atol=atol, dtype=dtype,
                                        empty_rows=empty_rows, what=f"sequence {b}: "))
     failures = [f for f in failures if f]
     if failures:
