@@ -1,0 +1,148 @@
+"""The checkers' reports (attention_ref/testing/_rule.py): where the failures sit, NaN apart, the dtype= hint."""
+
+import re
+
+import numpy as np
+import pytest
+from conftest import require
+
+import attention_ref as ar
+from attention_ref.testing import assert_attention_close, assert_attention_grads_close, assert_lse_close
+from attention_ref.testing._rule import MAX_PLACES, places
+
+
+def qkv(seed=0, shape=(2, 4, 24, 8), dtype=np.float16):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal(shape).astype(dtype) for _ in range(3))
+
+
+def message(fn, *args, **kwargs) -> str:
+    with pytest.raises(AssertionError) as info:
+        fn(*args, **kwargs)
+    return str(info.value)
+
+
+def where_lines(text: str) -> list[str]:
+    return text.split("where they are:\n", 1)[1].split("\nnote:", 1)[0].splitlines()
+
+
+def test_a_wrong_head_is_named_and_nothing_else():
+    q, k, v = qkv()
+    out = ar.scaled_dot_product_attention(q, k, v)
+    out[1, 2] = ar.scaled_dot_product_attention(q, k, v, scale=0.5)[1, 2]  # head 2 of batch 1 scaled wrongly
+    lines = where_lines(message(assert_attention_close, out, q, k, v))
+    assert len(lines) == 1
+    assert re.fullmatch(r"batch 1, head 2: rows 0-23 \(\d+ elements\)", lines[0]), lines
+
+
+def test_a_mask_edge_bug_shows_its_rows():
+    q, k, v = qkv()
+    # a window one key too wide on the left, for rows 10 and up only: rows 0-9 are right
+    allowed = np.tri(24, dtype=bool) & ~np.tri(24, k=-4, dtype=bool)
+    wrong = allowed | (np.tri(24, k=-4, dtype=bool) & ~np.tri(24, k=-5, dtype=bool) & (np.arange(24) >= 10)[:, None])
+    out = ar.scaled_dot_product_attention(q, k, v, mask=wrong)
+    lines = where_lines(message(assert_attention_close, out, q, k, v, mask=allowed))
+    assert len(lines) == 8  # the 2 batches by 4 heads, each with the same rows
+    for line in lines[:8]:
+        assert re.fullmatch(r"batch [01], head [0-3]: rows 10-23 \(\d+ elements\)", line), line
+
+
+def test_more_than_eight_runs_are_counted():
+    bad = np.zeros((3, 4, 6, 2), bool)
+    bad[..., ::2, 0] = True  # rows 0, 2, 4 of every (batch, head): 36 runs of one row
+    lines = places(bad, None, rows_last=False)
+    assert len(lines) == MAX_PLACES + 1
+    assert lines[0] == "batch 0, head 0: row 0 (1 element)"
+    assert lines[-1] == f"... and {36 - MAX_PLACES} more runs of rows ({36 - MAX_PLACES} elements)"
+
+
+def test_rows_with_no_allowed_key_are_flagged_and_split_from_the_rest():
+    bad = np.ones((1, 1, 6, 3), bool)
+    empty = np.array([[[False, False, True, True, False, False]]])
+    assert places(bad, empty, rows_last=False) == [
+        "batch 0, head 0: rows 0-1 (6 elements)",
+        "batch 0, head 0: rows 2-3 (6 elements), no allowed key",
+        "batch 0, head 0: rows 4-5 (6 elements)",
+    ]
+
+
+def test_a_kernel_giving_nan_on_empty_rows_is_told_which_rows_they_are():
+    q, k, v = qkv(shape=(1, 2, 6, 8))
+    mask = np.ones((6, 6), bool)
+    mask[3] = False
+    out = ar.scaled_dot_product_attention(q, k, v, mask=mask)
+    out[:, :, 3] = np.nan  # PyTorch's math path on a row with no allowed key
+    text = message(assert_attention_close, out, q, k, v, mask=mask)
+    assert "non-finite values in actual: 16 NaN\n" in text
+    assert where_lines(text) == [
+        "batch 0, head 0: row 3 (8 elements), no allowed key",
+        "batch 0, head 1: row 3 (8 elements), no allowed key",
+    ]
+    assert_attention_close(out, q, k, v, mask=mask, empty_rows="nan")
+
+
+def test_infinities_are_counted_apart_from_nan():
+    q, k, v = qkv(shape=(1, 1, 5, 4))
+    out = ar.scaled_dot_product_attention(q, k, v)
+    out[0, 0, 0, :2] = np.inf
+    out[0, 0, 1, 0] = -np.inf
+    out[0, 0, 2, 0] = np.nan
+    assert "non-finite values in actual: 1 NaN, 2 +inf, 1 -inf\n" in message(assert_attention_close, out, q, k, v)
+
+
+def test_the_log_sum_exp_report_names_rows():
+    q, k, v = qkv(shape=(2, 3, 7, 8), dtype=np.float32)
+    _, lse = ar.blockwise_attention(q, k, v, return_lse=True)
+    lse[1, 2, 4:6] += 1e-3
+    assert where_lines(message(assert_lse_close, lse, q, k, v)) == ["batch 1, head 2: rows 4-5 (2 elements)"]
+
+
+def test_a_gradient_report_names_its_gradient_and_rows():
+    q, k, v, dout = (np.random.default_rng(1).standard_normal((1, 2, 9, 4)) for _ in range(4))
+    grads = ar.attention_backward(q, k, v, dout)
+    dv = grads.dv.copy()
+    dv[0, 1, 7] *= 1.01
+    text = message(assert_attention_grads_close, (grads.dq, grads.dk, dv), q, k, v, dout)
+    assert text.startswith("dv: 4 of 72 elements")
+    assert where_lines(text) == ["batch 0, head 1: row 7 (4 elements)"]
+
+
+# ------------------------------------------------------------------------------------------ dtype=
+
+
+@pytest.mark.parametrize("name", ["float16", "bfloat16"])
+def test_a_widened_16_bit_output_fails_with_the_hint_and_passes_with_dtype(name):
+    dtype = np.dtype(require("ml_dtypes").bfloat16) if name == "bfloat16" else np.dtype(name)
+    q, k, v = qkv(3, shape=(2, 4, 64, 32), dtype=dtype)
+    out = ar.blockwise_attention(q, k, v, block_size=16, is_causal=True)  # a correct 16-bit kernel
+    wide = out.astype(np.float32)
+    text = message(assert_attention_close, wide, q, k, v, is_causal=True)
+    assert f"note: actual is float32 but the inputs are {name}; if the kernel computed in {name}\n" in text
+    assert f"pass dtype={name!r} to judge it in that precision" in text
+    for judged in (name, dtype, dtype.type):
+        assert_attention_close(wide, q, k, v, is_causal=True, dtype=judged)
+
+
+def test_dtype_judges_the_output_in_that_precision_not_its_own():
+    # a float32 output of float32 inputs, computed in float16 somewhere inside: fails as float32, passes as float16
+    q, k, v = qkv(4, shape=(1, 2, 40, 16), dtype=np.float32)
+    halved = ar.blockwise_attention(*(a.astype(np.float16) for a in (q, k, v)), block_size=8).astype(np.float32)
+    text = message(assert_attention_close, halved, q, k, v)
+    assert "note:" not in text  # the inputs are as wide as the output: nothing was widened
+    assert_attention_close(halved, q, k, v, dtype=np.float16)
+
+
+def test_a_bad_dtype_is_a_type_error_naming_it():
+    q, k, v = qkv()
+    with pytest.raises(TypeError, match=r"^dtype must be float16, float32, float64 or bfloat16; got 'int8'"):
+        assert_attention_close(ar.scaled_dot_product_attention(q, k, v), q, k, v, dtype="int8")
+
+
+def test_the_gradients_take_dtype_too():
+    rng = np.random.default_rng(5)
+    q, k, v, dout = (rng.standard_normal((1, 2, 32, 16)).astype(np.float16) for _ in range(4))
+    grads = ar.attention_backward(q, k, v, dout, block_size=8)
+    wide = [g.astype(np.float32) for g in grads[:3]]
+    text = message(assert_attention_grads_close, wide, q, k, v, dout)
+    assert "pass dtype='float16'" in text
+    assert_attention_grads_close(wide, q, k, v, dout, dtype="float16")
