@@ -77,7 +77,7 @@ def test_nan_wants_nan_exactly_there_and_any_skips():
 
 @pytest.mark.parametrize("bad", ["mean ", "NaN", None, 0, "skip"])
 def test_an_unknown_empty_rows_is_a_value_error_naming_it(bad):
-    q, k, v, mask = problem()
+    q, k, v, _ = problem()
     out = ar.scaled_dot_product_attention(q, k, v)
     for check, first in ((assert_attention_close, out), (assert_lse_close, out[..., 0])):
         with pytest.raises(ValueError, match=r"^empty_rows must be one of 'zeros', 'mean', 'nan', 'any'; got"):
@@ -117,7 +117,7 @@ def test_jax_is_checked_with_mean_forward_and_backward():
     grads = pullback(jnp.asarray(dout))
     assert_attention_close(out, q, k, v, mask=mask, empty_rows="mean")
     assert_attention_grads_close(grads, q, k, v, dout, mask=mask, empty_rows="mean")
-    with pytest.raises(AssertionError, match=r"^dv: .*no allowed key|dv: "):
+    with pytest.raises(AssertionError, match=r"^dv: "):
         assert_attention_grads_close(grads, q, k, v, dout, mask=mask)  # zeros: dv misses dout / S
 
 
@@ -131,7 +131,7 @@ def test_nan_gradients_are_expected_on_the_row_and_skipped_in_its_heads():
     dk[:] = np.nan  # NaN reaches every key of a head with an empty row
     dv[:] = np.nan
     assert_attention_grads_close((dq, dk, dv), q64, k64, v64, dout, mask=mask, empty_rows="nan")
-    with pytest.raises(AssertionError, match="dq: .*"):
+    with pytest.raises(AssertionError, match=r"^dq: "):
         assert_attention_grads_close((grads.dq, dk, dv), q64, k64, v64, dout, mask=mask, empty_rows="nan")
     assert_attention_grads_close((grads.dq, dk, dv), q64, k64, v64, dout, mask=mask, empty_rows="any")
 
