@@ -145,6 +145,7 @@ class NaiveFlex:
                 x = rnd(_tile_score(flex.score_mod, self.raw.copy(), self.index, self.where).astype(work))
             if flex.mask_mod is not None:
                 x = np.where(_tile_mask(flex.mask_mod, self.index, self.shape, self.where), x, -np.inf)
+            self.scores = x  # what the softmax sees
             self.weights, _, self.lse = _naive_softmax(x, None, rnd, work)
             self.out = rnd(self.weights @ self.values)  # (B, Hq, L, Ev)
 

@@ -259,7 +259,8 @@ def output_failure(actual, check: Problem, *, factor, atol, dtype, empty_rows, w
     reference, baseline, skip = empty_expected(reference, baseline, empty, empty_rows,
                                                check.values_mean() if empty_rows == "mean" else None)
     return compare(actual, reference, baseline, factor=factor, atol=atol, units=ATOL_UNITS, dtype=judged,
-                   what=what, skip=skip, empty=empty, widened=widened_hint(actual, dtype, check.inputs))
+                   what=what, skip=skip, empty=empty, widened=widened_hint(actual, dtype, check.inputs),
+                   magnitude=check.score_magnitude)
 
 
 def assert_lse_close(actual_lse, q, k, v, *, base="e", empty=-np.inf, factor=2.0, atol=None, dtype=None,
@@ -579,7 +580,7 @@ def assert_attention_grads_close(actual, q, k, v, dout, *, factor=2.0, atol=None
         want, baseline, skip, rows = _empty_grads(field, want, baseline, empty, empty_rows, check, dout)
         failures.append(compare(grad, want, baseline, factor=factor, atol=atol, units=ATOL_UNITS_GRAD,
                                 dtype=judged, what=f"{field}: ", skip=skip, empty=rows,
-                                widened=widened_hint(grad, dtype, check.inputs)))
+                                widened=widened_hint(grad, dtype, check.inputs), magnitude=check.score_magnitude))
     failures = [f for f in failures if f]
     if failures:
         raise AssertionError("\n".join(failures))

@@ -14,7 +14,7 @@ import numpy as np
 from .._interop import to_numpy
 from .._options import DROPOUT, OPTIONS
 from .._validation import as_real_array, is_fp8
-from ..attention import prepare_attention, scaled_dot_product_attention
+from ..attention import _scores, prepare_attention, scaled_dot_product_attention
 from ..backward import AttentionGrads, attention_backward
 from ..flex import block_mask_to_dense, flex_attention, flex_attention_backward
 from ..fp8 import dequantize_inputs
@@ -216,6 +216,19 @@ class Problem:
         if self.flex is not None:
             return NaiveFlex(self.q, self.k, self.v, dtype, self.flex).backward(dout)
         return _naive_backward(self.q, self.k, self.v, dout, dtype, self.options)
+
+    def score_magnitude(self) -> float:
+        """The largest magnitude of the scores the softmax sees (finite ones), at least 1.
+
+        A float64 kernel's error grows with it (``exp`` of a score ``x`` is as exact as ``eps * |x|``), and a
+        float64 reference is no more precise than the kernel: the default `atol` of float64 scales with it.
+        """
+        if self.flex is not None:
+            scores = NaiveFlex(self.q64, self.k64, self.v64, np.dtype(np.float64), self.flex).scores
+        else:
+            plain = {name: value for name, value in self.plain.items() if name not in DROPOUT}
+            scores = _scores(prepare_attention(self.q64, self.k64, self.v64, **plain))
+        return max(1.0, float(np.max(np.abs(scores[np.isfinite(scores)]), initial=0.0)))
 
     # --- rows with no allowed key -------------------------------------------------------------------
 

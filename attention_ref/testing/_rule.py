@@ -107,13 +107,14 @@ def _nonfinite(actual: np.ndarray) -> str:
 
 def compare(actual, reference, baseline, *, factor: float, atol, units: dict, dtype: np.dtype, what: str = "",
             baseline_name: str | None = None, skip=None, empty=None, rows_last: bool = False,
-            widened: str = "") -> str:
+            widened: str = "", magnitude=None) -> str:
     """The failure message of the rule (see assert_attention_close), or "" if `actual` passes.
 
     `dtype` is the precision judged (its eps sets the default atol, with `units`); the baseline is named by
     `baseline_name`, else by `dtype`. Elements under `skip` are not checked and do not count in the
     baseline's largest error. `empty` marks rows with no allowed key for the report, `widened` is a line
-    added to a failure (the dtype= hint).
+    added to a failure (the dtype= hint). `magnitude` (a function giving the largest score magnitude, at
+    least 1) multiplies the default atol of float64, whose baseline is as exact as the reference.
     """
     name = dtype_name(dtype)
     finite = np.isfinite(reference)
@@ -123,6 +124,8 @@ def compare(actual, reference, baseline, *, factor: float, atol, units: dict, dt
     scale = float(np.max(np.abs(reference[finite]), initial=0.0))
     if atol is None:
         atol = units[name] * EPS[name] * scale
+        if name == "float64" and magnitude is not None:
+            atol *= magnitude()
     err = errors(actual, reference)
     base_err = errors(baseline, reference)
     counted = finite & np.isfinite(base_err)
