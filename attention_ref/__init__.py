@@ -83,7 +83,7 @@ from .positional import alibi_bias, alibi_slopes, apply_rope, sinusoidal_positio
 from .softmax import log_softmax, logsumexp, softmax
 from .varlen import varlen_attention
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "AttentionGrads",

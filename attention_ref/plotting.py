@@ -1,4 +1,8 @@
-"""Heatmaps of attention weights (matplotlib is imported only when plotting)."""
+"""Heatmaps of attention weights.
+
+matplotlib is an optional dependency, installed by the ``plot`` extra (``pip install 'attention_ref[plot]'``). It is
+imported on a plotting call, never when the package is, so everything else works without it.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +16,23 @@ __all__ = ["plot_attention", "plot_heads"]
 
 #: Matrices up to this many rows and columns get their values written in the cells.
 ANNOTATE_MAX = 12
+
+#: What a plotting call without matplotlib says, after the function's name.
+_MISSING = "needs matplotlib, an optional dependency: pip install 'attention_ref[plot]'"
+
+
+def _require_matplotlib(function: str) -> None:
+    """Import matplotlib, or raise a ModuleNotFoundError naming `function` and the extra that installs it.
+
+    Only matplotlib itself missing is reworded; an installed matplotlib that fails to import (a missing dependency
+    of its own, say) raises its own error unchanged.
+    """
+    try:
+        import matplotlib  # noqa: F401
+    except ModuleNotFoundError as exc:
+        if exc.name != "matplotlib":
+            raise
+        raise ModuleNotFoundError(f"{function} {_MISSING}", name="matplotlib") from exc
 
 
 def _labels(labels, name: str, size: int, what: str) -> list[str] | None:
@@ -185,6 +206,8 @@ def plot_attention(
 
     Raises
     ------
+    ModuleNotFoundError
+        If matplotlib is not installed (the ``plot`` extra installs it).
     TypeError
         If `weights` is not real-valued, a label argument is not a sequence,
         `ax` is not a matplotlib Axes, `annotate` or `colorbar` is not a
@@ -210,7 +233,9 @@ def plot_attention(
     text come from matplotlib's rc settings and are never set here (in
     particular the background is never made transparent), so a style with
     an opaque white figure reads the same on light and dark pages.
-    matplotlib is imported on the first call, not when the package is.
+    matplotlib, an optional dependency (``pip install
+    'attention_ref[plot]'``), is imported on the first call, not when the
+    package is.
 
     Examples
     --------
@@ -229,6 +254,7 @@ def plot_attention(
     >>> import matplotlib.pyplot as plt
     >>> plt.close(ax.figure)
     """
+    _require_matplotlib("plot_attention")
     w = as_real_array(weights, "weights")
     check_exact_ndim(w, "weights", 2, "(L, S)")
     n_queries, n_keys = w.shape
@@ -318,6 +344,8 @@ def plot_heads(
 
     Raises
     ------
+    ModuleNotFoundError
+        If matplotlib is not installed (the ``plot`` extra installs it).
     TypeError
         If `weights` is not real-valued, a keyword is not accepted (`ax`,
         `title` and `colorbar` are set here), a label argument is not a
@@ -345,7 +373,8 @@ def plot_heads(
     largest finite value over *all* heads, so one colour means the same
     weight in every panel and a single colour bar serves the figure. As in
     `plot_attention`, every argument is checked before the figure is made
-    and the figure's background colours come from matplotlib's rc settings.
+    and the figure's background colours come from matplotlib's rc settings;
+    matplotlib (the ``plot`` extra) is imported on the first call.
 
     Examples
     --------
@@ -364,6 +393,7 @@ def plot_heads(
     >>> import matplotlib.pyplot as plt
     >>> plt.close(fig)
     """
+    _require_matplotlib("plot_heads")
     w = as_real_array(weights, "weights")
     check_exact_ndim(w, "weights", 3, "(H, L, S)")
     if w.size == 0:

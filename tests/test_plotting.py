@@ -1,5 +1,6 @@
 """Tests for plot_attention and plot_heads (headless, Agg backend)."""
 
+import builtins
 import io
 import subprocess
 import sys
@@ -38,6 +39,56 @@ def test_importing_the_package_does_not_import_matplotlib():
     code = "import sys, attention_ref; print('matplotlib' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
+
+
+# -- matplotlib is optional (the plot extra) -----------------------------------
+
+NEEDS_PLOT_EXTRA = "needs matplotlib, an optional dependency: pip install 'attention_ref[plot]'"
+PLOT_CALLS = [
+    pytest.param(plot_attention, (2, 2), id="plot_attention"),
+    pytest.param(plot_heads, (2, 2, 2), id="plot_heads"),
+]
+
+
+@pytest.mark.parametrize(("function", "shape"), PLOT_CALLS)
+def test_without_matplotlib_a_plotting_call_names_the_extra(monkeypatch, function, shape):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` now fails as if it were absent
+    with pytest.raises(ModuleNotFoundError) as info:
+        function(np.full(shape, 0.5))
+    assert str(info.value) == f"{function.__name__} {NEEDS_PLOT_EXTRA}"
+    assert info.value.name == "matplotlib"
+    assert isinstance(info.value, ImportError)
+
+
+def test_without_matplotlib_the_package_and_its_checkers_still_work():
+    code = (
+        "import sys; sys.modules['matplotlib'] = None\n"
+        "import numpy as np, attention_ref\n"
+        "from attention_ref.testing import assert_attention_close\n"
+        "q = np.eye(2)[None]; out = attention_ref.scaled_dot_product_attention(q, q, q)\n"
+        "assert_attention_close(out, q, q, q)\n"
+        "try:\n"
+        "    attention_ref.plot_attention(np.eye(2))\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == f"plot_attention {NEEDS_PLOT_EXTRA}"
+
+
+def test_a_broken_matplotlib_install_keeps_its_own_error(monkeypatch):
+    """Only matplotlib itself missing is reworded: a dependency of matplotlib missing is reported as it is."""
+    real_import = builtins.__import__
+
+    def fake_import(name, *args, **kwargs):
+        if name == "matplotlib":
+            raise ModuleNotFoundError("No module named 'kiwisolver'", name="kiwisolver")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", fake_import)
+    with pytest.raises(ModuleNotFoundError) as info:
+        plot_attention(np.eye(2))
+    assert str(info.value) == "No module named 'kiwisolver'"
 
 
 # -- plot_attention: axes, labels, annotations ----------------------------------
