@@ -83,9 +83,10 @@ def readme_commands(readme=ROOT / "README.md"):
 
 def test_the_readme_installs_from_a_clone():
     """Not from PyPI, where no package of this name is published: the clone's folder with the plot extra (the
-    plotting examples draw), and pytest."""
+    plotting examples draw) and the strategies extra (hypothesis, for attention_ref.testing.strategies), and
+    pytest."""
     install, run = readme_commands()
-    assert install == [".[plot]", "pytest"], install
+    assert install == [".[plot,strategies]", "pytest"], install
     assert run == ["--doctest-modules", "--pyargs", PACKAGE], run
 
 
