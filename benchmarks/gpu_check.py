@@ -28,8 +28,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's attention_ref
 
-import attention_ref  # noqa: E402
-from attention_ref.testing import (  # noqa: E402
+import attention_ref
+from attention_ref.testing import (
     assert_attention_close,
     assert_attention_grads_close,
     assert_lse_close,
