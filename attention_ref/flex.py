@@ -225,6 +225,15 @@ def _tile_score(score_mod, scores, index, where) -> np.ndarray:
     return np.array(np.broadcast_to(arr, scores.shape), dtype=scores.dtype)  # a copy: the tile is overwritten later
 
 
+def _autograd_derivative(score_mod):
+    """``score_mod``'s derivative by torch autograd, called as a ``score_mod_grad`` is (NumPy arrays in and out)."""
+
+    def score_mod_grad(score, b, h, q_idx, kv_idx):
+        return _autograd_slope(score_mod, score, (b, h, q_idx, kv_idx), "differentiated by torch autograd")
+
+    return score_mod_grad
+
+
 def _tile_slope(score_mod, score_mod_grad, raw, index, shape, where) -> np.ndarray:
     """The derivative of ``score_mod`` at the tile's scores `raw`: ``score_mod_grad``'s, or None: torch autograd's."""
     if score_mod_grad is None:

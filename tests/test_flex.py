@@ -671,6 +671,7 @@ def test_autograd_derivative_of_a_torch_score_mod_equals_score_mod_grad(tt, name
     got = flex._autograd_slope(t_mod, scores, index, "in the test")
     want = np.broadcast_to(numpy_mod.score_mod_grad(scores, *index), shape)
     assert got.shape == shape and got.dtype == np.float64
+    np.testing.assert_array_equal(flex._autograd_derivative(t_mod)(scores, *index), got)  # for the checkers
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-15)
     if name == "softcap":
         assert not np.all(got == got.flat[0])  # a derivative that depends on the score
