@@ -5,15 +5,21 @@ r"""FlexAttention in NumPy: any attention variant as a ``score_mod`` and a ``mas
 ``(block_size, block_size)`` tiles, so that memory stays O(L · block_size);
 `flex_attention_backward` its gradients, tiled the same way; and
 `block_mask_to_dense` the dense mask a block-sparse description
-(FlexAttention's ``BlockMask``) stands for.
+(FlexAttention's ``BlockMask``, the torch object itself or its fields)
+stands for. Mods may be written for NumPy or, as for PyTorch, for torch:
+those run on torch tensors made from the tiles, and torch autograd gives
+a torch ``score_mod``'s derivative; torch is never imported here.
 """
 
 from __future__ import annotations
 
 import math
+import sys
+import weakref
 
 import numpy as np
 
+from ._interop import _TORCH_BITS, is_torch_tensor, to_numpy
 from ._kernel import run_blocks, scaled_down_values
 from ._validation import (
     as_real_array,
@@ -33,6 +39,13 @@ __all__ = ["block_mask_to_dense", "flex_attention", "flex_attention_backward"]
 
 
 # --- calling the user's functions -----------------------------------------------------------------
+#
+# A mod is tried on NumPy arrays first. One that raises there, or returns a torch tensor, is a mod written
+# for torch (possible only once the caller has imported torch): it is evaluated on torch tensors made from
+# the same arrays, on the CPU, else on the accelerator, and the device it ran on is remembered per mod.
+
+#: The torch device each mod written for torch runs on, by mod.
+_TORCH_DEVICE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _mod_name(fn, kind: str) -> str:
@@ -41,13 +54,129 @@ def _mod_name(fn, kind: str) -> str:
     return kind if not isinstance(name, str) or name == "<lambda>" else f"{kind} {name!r}"
 
 
-def _call(fn, kind: str, args, where: str):
-    """``fn(*args)``; an exception inside it is re-raised naming the function, chained to the original."""
+def _known_device(fn):
+    """The torch device `fn` is known to run on, or None (a NumPy mod, or not seen yet)."""
     try:
-        return fn(*args)
-    except Exception as exc:
-        error = TypeError if isinstance(exc, TypeError) else ValueError
-        raise error(f"{_mod_name(fn, kind)} raised {type(exc).__name__}: {exc} ({where})") from exc
+        return _TORCH_DEVICE.get(fn)
+    except TypeError:  # neither hashable nor weakly referenceable: never remembered
+        return None
+
+
+def _remember(fn, device) -> None:
+    try:
+        _TORCH_DEVICE[fn] = device
+    except TypeError:
+        pass
+
+
+def _torch_devices(torch) -> list:
+    """Where to try a mod not seen yet: the CPU, then the accelerator (for tensors the mod captured there)."""
+    devices = [torch.device("cpu")]
+    try:
+        accelerator = torch.accelerator.current_accelerator(check_available=True)
+    except (AttributeError, TypeError):  # an older torch
+        accelerator = torch.device("cuda") if torch.cuda.is_available() else None
+    return devices if accelerator is None else [*devices, accelerator]
+
+
+def _as_tensor(torch, x, device):
+    """`x` as a torch tensor on `device`: integers as int64, floats in their own dtype (bfloat16 and fp8 too)."""
+    arr = np.asarray(x)
+    if arr.dtype.kind in "iu":
+        arr = arr.astype(np.int64)  # a copy: the mod may change its indices in place
+    if not arr.flags.writeable:
+        arr = arr.copy()  # torch.from_numpy warns on a read-only array
+    name = arr.dtype.name
+    if name in _TORCH_BITS:  # ml_dtypes bits travel through the torch integer of their width
+        tensor = torch.from_numpy(np.ascontiguousarray(arr).view(_TORCH_BITS[name][1])).view(getattr(torch, name))
+    else:
+        tensor = torch.from_numpy(arr)
+    return tensor.to(device)
+
+
+def _failure(fn, kind: str, where: str, numpy_error, torch_errors) -> Exception:
+    """The error of a mod that raised: named, typed and chained by its first exception, with every attempt."""
+    first = numpy_error if numpy_error is not None else torch_errors[0][1]
+    parts = [] if numpy_error is None else [f"{type(numpy_error).__name__}: {numpy_error}"
+                                            + (" on NumPy arrays" if torch_errors else "")]
+    parts += [f"{type(exc).__name__}: {exc} on torch tensors ({device})" for device, exc in torch_errors]
+    error = TypeError if isinstance(first, TypeError) else ValueError
+    failure = error(f"{_mod_name(fn, kind)} raised {' and '.join(parts)} ({where})")
+    failure.__cause__ = first
+    return failure
+
+
+def _on_torch(fn, kind: str, attempt, where: str, numpy_error=None):
+    """``(attempt(torch, device), device)`` on the first device it runs on: where `fn` ran last, then `_torch_devices`.
+
+    The device is remembered for `fn`; where every attempt raises, the error names `fn` and each attempt.
+    """
+    torch = sys.modules["torch"]
+    known = _known_device(fn)
+
+    def devices():  # the others only once the known one has failed
+        if known is not None:
+            yield known
+        yield from (device for device in _torch_devices(torch) if device != known)
+
+    errors = []
+    for device in devices():
+        try:
+            result = attempt(torch, device)
+        except Exception as exc:
+            errors.append((device, exc))
+            continue
+        _remember(fn, device)
+        return result, device
+    raise _failure(fn, kind, where, numpy_error, errors)
+
+
+def _call(fn, kind: str, args, where: str):
+    """``fn(*args)`` on NumPy arrays, or on torch tensors for a mod written for torch; the result not checked.
+
+    Returns ``(result, device)``: the result (an ndarray where torch computed it) and the torch device it
+    ran on, None for NumPy. An exception inside `fn` is re-raised naming it, chained to the first one.
+    """
+    numpy_error = None
+    if _known_device(fn) is None:
+        try:
+            result = fn(*args)
+        except Exception as exc:
+            numpy_error = exc
+        else:
+            if not is_torch_tensor(result):
+                return result, None
+        if "torch" not in sys.modules:
+            raise _failure(fn, kind, where, numpy_error, [])
+
+    def attempt(torch, device):
+        with torch.no_grad():
+            return fn(*(_as_tensor(torch, a, device) for a in args))
+
+    result, device = _on_torch(fn, kind, attempt, where, numpy_error)
+    return (to_numpy(result, f"the result of {kind}") if is_torch_tensor(result) else result), device
+
+
+def _is_torch_mod(fn, kind: str, args, where: str) -> bool:
+    """Whether `fn` is a mod written for torch: known to be, or found so by calling it on `args`."""
+    if _known_device(fn) is not None:
+        return True
+    return "torch" in sys.modules and _call(fn, kind, args, where)[1] is not None
+
+
+def _autograd_slope(score_mod, scores, index, where) -> np.ndarray:
+    """``d score_mod / d score`` on one tile by torch autograd, elementwise: an ndarray of `scores`' shape."""
+
+    def attempt(torch, device):
+        score = _as_tensor(torch, scores, device).detach().clone().requires_grad_(True)
+        with torch.enable_grad():
+            result = score_mod(score.clone(), *(_as_tensor(torch, i, device) for i in index))  # in place allowed
+            if not (is_torch_tensor(result) and result.requires_grad):
+                return np.zeros_like(scores)  # does not depend on the score
+            (slope,) = torch.autograd.grad(result.sum(), score, allow_unused=True)
+        return np.zeros_like(scores) if slope is None else to_numpy(slope, "the derivative")
+
+    return _on_torch(score_mod, "score_mod", attempt, f"{where}, differentiated by torch autograd")[0]
 
 
 def _checked_result(fn, kind: str, result, shape: tuple[int, ...], where: str) -> np.ndarray:
@@ -69,8 +198,12 @@ def _checked_result(fn, kind: str, result, shape: tuple[int, ...], where: str) -
 
 
 def _tile_mask(mask_mod, index, shape, where) -> np.ndarray:
-    """The ``mask_mod`` of one tile: booleans broadcastable to `shape` (B, H, l, s)."""
-    allowed = _checked_result(mask_mod, "mask_mod", _call(mask_mod, "mask_mod", index, where), shape, where)
+    """The ``mask_mod`` of one tile: booleans broadcastable to `shape` (B, H, l, s).
+
+    `index` holds the integer arrays ``(b, h, q_idx, kv_idx)``; a mod written for torch gets them as int64
+    tensors and its result comes back as an ndarray. `where` says which tile, for the errors.
+    """
+    allowed = _checked_result(mask_mod, "mask_mod", _call(mask_mod, "mask_mod", index, where)[0], shape, where)
     if allowed.dtype != np.bool_:
         raise TypeError(f"{_mod_name(mask_mod, 'mask_mod')} must return booleans (True = may attend) ({where}); "
                         f"got dtype {allowed.dtype}")
@@ -78,8 +211,11 @@ def _tile_mask(mask_mod, index, shape, where) -> np.ndarray:
 
 
 def _tile_score(score_mod, scores, index, where) -> np.ndarray:
-    """``score_mod`` of one tile of `scores` (B, H, l, s), as a real array of that shape and dtype."""
-    result = _call(score_mod, "score_mod", (scores, *index), where)
+    """``score_mod`` of one tile of `scores` (B, H, l, s), as a real array of that shape and dtype.
+
+    A mod written for torch gets `scores` as a tensor of its dtype (bfloat16 too) and `index` as int64 tensors.
+    """
+    result = _call(score_mod, "score_mod", (scores, *index), where)[0]
     arr = _checked_result(score_mod, "score_mod", result, scores.shape, where)
     if arr.dtype.kind not in "fiu" and arr.dtype.name != "bfloat16":
         raise TypeError(f"{_mod_name(score_mod, 'score_mod')} must return real scores ({where}); "
@@ -87,6 +223,27 @@ def _tile_score(score_mod, scores, index, where) -> np.ndarray:
     if result is scores:
         return scores  # the caller's own copy, changed in place or returned as it is
     return np.array(np.broadcast_to(arr, scores.shape), dtype=scores.dtype)  # a copy: the tile is overwritten later
+
+
+def _autograd_derivative(score_mod):
+    """``score_mod``'s derivative by torch autograd, called as a ``score_mod_grad`` is (NumPy arrays in and out)."""
+
+    def score_mod_grad(score, b, h, q_idx, kv_idx):
+        return _autograd_slope(score_mod, score, (b, h, q_idx, kv_idx), "differentiated by torch autograd")
+
+    return score_mod_grad
+
+
+def _tile_slope(score_mod, score_mod_grad, raw, index, shape, where) -> np.ndarray:
+    """The derivative of ``score_mod`` at the tile's scores `raw`: ``score_mod_grad``'s, or None: torch autograd's."""
+    if score_mod_grad is None:
+        return _autograd_slope(score_mod, raw, index, where)
+    slope = _checked_result(score_mod_grad, "score_mod_grad",
+                            _call(score_mod_grad, "score_mod_grad", (raw, *index), where)[0], shape, where)
+    if slope.dtype.kind not in "fiu":
+        raise TypeError(f"{_mod_name(score_mod_grad, 'score_mod_grad')} must return real values ({where}); "
+                        f"got dtype {slope.dtype}")
+    return slope
 
 
 def _tile_products(a, b):
@@ -174,6 +331,14 @@ class _Flex:
         return x, raw, allowed
 
 
+def _differentiable_by_torch(p: _Flex) -> bool:
+    """Whether ``p.score_mod`` is written for torch (tried on the first score of the problem if not yet known)."""
+    if not (p.L and p.S):
+        return False
+    index, shape, where = p.tile(slice(0, 1), slice(0, 1))
+    return _is_torch_mod(p.score_mod, "score_mod", (np.zeros(shape, p.dtype), *index), where)
+
+
 def _forward_block(p: _Flex, rows: slice, v_scale_exp: int, out, lse) -> None:
     """Online softmax over the key tiles for the query `rows`; writes ``out[:, :, rows]`` and ``lse[:, :, rows]``."""
     q_rows = p.q[:, :, rows] * p.scale  # (B, Hq, l, E)
@@ -234,11 +399,12 @@ def flex_attention(q, k, v, score_mod=None, mask_mod=None, *, scale=None, enable
         scores, ``b`` (B, 1, 1, 1), ``h`` (1, Hq, 1, 1), ``q_idx``
         (1, 1, l, 1) and ``kv_idx`` (1, 1, 1, s) are integer arrays of
         global positions; the result must broadcast to (B, Hq, l, s).
-        Written with NumPy operators, ufuncs and ``np.where``.
+        Written with NumPy operators, ufuncs and ``np.where``, or for
+        torch (see Notes).
     mask_mod : callable, optional
         ``mask_mod(b, h, q_idx, kv_idx)`` returns booleans, True where the
         query may attend to the key, broadcastable to (B, Hq, l, s).
-        Integers and floats are refused.
+        Integers and floats are refused. NumPy or torch, as `score_mod`.
     scale : float, optional
         Multiplier of ``q @ k^T``; default ``1 / sqrt(E)``.
     enable_gqa : bool, optional
@@ -265,7 +431,9 @@ def flex_attention(q, k, v, score_mod=None, mask_mod=None, *, scale=None, enable
     TypeError
         If an array is not real, a mod is not callable, ``mask_mod``
         returns non-booleans or ``score_mod`` non-real scores; or an
-        exception of that type inside a mod (named, chained to it).
+        exception of that type inside a mod (named, chained to it; for a
+        mod that raises on NumPy arrays and on torch tensors, the message
+        gives both and the NumPy one is chained and sets the type).
     ValueError
         If the shapes do not fit together, a mod's result does not
         broadcast to its tile, or an exception of any other type is raised
@@ -302,6 +470,22 @@ def flex_attention(q, k, v, score_mod=None, mask_mod=None, *, scale=None, enable
     PyTorch's eager path forms the whole (L, S) matrix in the input's
     dtype; its compiled kernel skips blocks from a ``BlockMask``. Here the
     block structure is found from ``mask_mod`` itself on every call.
+
+    *Mods written for torch.* A mod may be the one written for PyTorch's
+    FlexAttention: torch operations on torch tensors, including tensors
+    it captures (document ids, a bias table). A mod that raises on NumPy
+    arrays, or returns a torch tensor, is called again on torch tensors
+    made from the same tile: the indices as int64, the scores in the
+    working dtype (float64 for float64 input, float32 for the others, so
+    that they round as a NumPy mod's would), on the CPU, or on the
+    accelerator when the CPU call fails (a mod that captured CUDA
+    tensors); its result is copied back to NumPy. Which mods run on torch,
+    and on which device, is remembered per mod, so the NumPy attempt is
+    paid once. Torch is never imported here: only a caller that imported
+    it can have written such a mod. PyTorch calls a mod on 0-d tensors
+    under ``vmap``; here it gets the broadcastable tiles above, on which
+    torch operators, indexing by tensors, ``torch.where`` and the like
+    work unchanged (Python ``if`` on a tensor, or ``.item()``, do not).
 
     References
     ----------
@@ -354,9 +538,10 @@ def flex_attention_backward(q, k, v, dout, score_mod=None, mask_mod=None, *, sco
     score_mod_grad : callable, optional
         ``score_mod_grad(score, b, h, q_idx, kv_idx)``: the derivative of
         `score_mod` with respect to its first argument, elementwise, with
-        the same calling convention. Default: the ``score_mod_grad``
-        attribute the package's score functions carry; required for any
-        other `score_mod`.
+        the same calling convention (NumPy or torch). Default: the
+        ``score_mod_grad`` attribute the package's score functions carry;
+        else, for a `score_mod` written for torch, its derivative by torch
+        autograd (see Notes); required for any other `score_mod`.
     scale, enable_gqa, block_size
         As `flex_attention`.
 
@@ -369,8 +554,9 @@ def flex_attention_backward(q, k, v, dout, score_mod=None, mask_mod=None, *, sco
     Raises
     ------
     TypeError
-        As `flex_attention`; also if `score_mod` has no derivative, or
-        `score_mod_grad` is not callable or returns non-real values.
+        As `flex_attention`; also if `score_mod` has no derivative (a NumPy
+        `score_mod` without `score_mod_grad`), or `score_mod_grad` is not
+        callable or returns non-real values.
     ValueError
         As `flex_attention`; also if `dout` is not shaped as the output.
 
@@ -396,6 +582,15 @@ def flex_attention_backward(q, k, v, dout, score_mod=None, mask_mod=None, *, sco
     grouped queries, ``dK`` and ``dV`` are summed over each key/value
     head's group. Computed in float64 for float16 and bfloat16 input.
 
+    A `score_mod` written for torch (one that raises on NumPy arrays or
+    returns a torch tensor, see `flex_attention`) needs no
+    `score_mod_grad`: on each tile its elementwise derivative
+    :math:`f'(u)` is what ``torch.autograd.grad(f(u).sum(), u)`` gives,
+    with :math:`u` the tile's scores as a tensor of the working dtype
+    (float64 here for all but float32 input) that requires grad, so a
+    variant is written once. Its derivative is taken with respect to the
+    score alone: tensors it captures get no gradient.
+
     Examples
     --------
     The gradient of a soft-capped causal call equals the built-in one:
@@ -416,11 +611,15 @@ def flex_attention_backward(q, k, v, dout, score_mod=None, mask_mod=None, *, sco
     first = result_dtype(*(as_real_array(a, name) for a, name in zip(given, "qkv", strict=True)))[0]
     work = np.float64 if first.itemsize < 4 else None  # as attention_backward: half precision worked in float64
     p = _Flex(q, k, v, score_mod, mask_mod, scale, enable_gqa, block_size, work=work)
+    if score_mod_grad is not None and not callable(score_mod_grad):
+        raise TypeError(f"score_mod_grad must be a function or None; got {type(score_mod_grad).__name__}")
     if score_mod is not None:
         score_mod_grad = getattr(score_mod, "score_mod_grad", None) if score_mod_grad is None else score_mod_grad
-        if not callable(score_mod_grad):
+        if not callable(score_mod_grad) and not _differentiable_by_torch(p):
             raise TypeError(f"{_mod_name(score_mod, 'score_mod')} has no derivative: pass score_mod_grad, the "
-                            f"derivative of score_mod with respect to the score (same arguments)")
+                            f"derivative of score_mod with respect to the score (same arguments), or write "
+                            f"score_mod for torch, which differentiates it")
+        score_mod_grad = score_mod_grad if callable(score_mod_grad) else None  # None: by torch autograd
     dout = as_real_array(dout, "dout")
     check_shape(dout, "dout", (p.B, p.H, p.L, p.v.shape[-1]), "the shape of the output (B, Hq, L, Ev)")
     dout = dout.astype(p.dtype, copy=False)
@@ -446,11 +645,7 @@ def flex_attention_backward(q, k, v, dout, score_mod=None, mask_mod=None, *, sco
                                 - delta[:, :, rows, None])
                 if score_mod is not None:
                     index, shape, where = p.tile(rows, cols)
-                    slope = _checked_result(score_mod_grad, "score_mod_grad",
-                                            _call(score_mod_grad, "score_mod_grad", (raw, *index), where), shape, where)
-                    if slope.dtype.kind not in "fiu":
-                        raise TypeError(f"{_mod_name(score_mod_grad, 'score_mod_grad')} must return real values "
-                                        f"({where}); got dtype {slope.dtype}")
+                    slope = _tile_slope(score_mod, score_mod_grad, raw, index, shape, where)
                     dx = np.where(dx == 0, 0.0, dx * slope).astype(p.dtype, copy=False)  # masked: 0, never 0 * inf
                 dq[:, :, rows] += _tile_products(dx, k_cols) * p.scale
                 dk[:, :, cols] += _tile_products(np.swapaxes(dx, -1, -2), q_rows) * p.scale
@@ -471,8 +666,8 @@ def flex_attention_backward(q, k, v, dout, score_mod=None, mask_mod=None, *, sco
 
 def _kv_blocks(num, indices, name: str, n_blocks: int, shape: tuple[int, ...]) -> np.ndarray:
     """Which key blocks each (b, h, query block) lists: bool (B, H, nQ, n_blocks) from counts and indices."""
-    num = np.asarray(num)
-    indices = np.asarray(indices)
+    num = to_numpy(num, name.split("/")[0])
+    indices = to_numpy(indices, name.split("/")[1])
     if num.dtype.kind not in "iu" or indices.dtype.kind not in "iu":
         raise TypeError(f"{name} counts and indices must be integer arrays; got {num.dtype} and {indices.dtype}")
     if num.ndim != 3 or indices.ndim != 4 or indices.shape[:3] != num.shape:
@@ -495,43 +690,84 @@ def _kv_blocks(num, indices, name: str, n_blocks: int, shape: tuple[int, ...]) -
     return out
 
 
-def block_mask_to_dense(*, kv_num_blocks, kv_indices, full_kv_num_blocks=None, full_kv_indices=None, BLOCK_SIZE,
-                        mask_mod=None, seq_lengths):
-    """The dense boolean mask that a block-sparse description (FlexAttention's ``BlockMask``) stands for.
+#: block_mask_to_dense's keywords: the fields of torch's BlockMask it reads, and whether each is required.
+_BLOCK_MASK_FIELDS = {"kv_num_blocks": True, "kv_indices": True, "full_kv_num_blocks": False,
+                      "full_kv_indices": False, "BLOCK_SIZE": True, "mask_mod": False, "seq_lengths": True}
 
-    The keywords are the fields of ``torch.nn.attention.flex_attention.BlockMask``
-    (as ``BlockMask.from_kv_blocks`` names them), as NumPy arrays. Query
-    block ``m`` of batch ``b`` and head ``h`` computes the key blocks
+
+def _block_mask_fields(block_mask) -> dict:
+    """The keywords of `block_mask_to_dense` from a torch ``BlockMask`` (read by its attributes) or a dict."""
+    if isinstance(block_mask, dict):
+        unknown = sorted(set(block_mask) - set(_BLOCK_MASK_FIELDS), key=str)
+        if unknown:
+            raise TypeError(f"block_mask as a dict takes the keywords {', '.join(_BLOCK_MASK_FIELDS)}; got "
+                            f"{', '.join(map(repr, unknown))}")
+        return dict(block_mask)
+    if not all(hasattr(block_mask, name) for name in ("kv_num_blocks", "kv_indices", "BLOCK_SIZE")):
+        raise TypeError(f"block_mask must be a torch BlockMask (torch.nn.attention.flex_attention) or a dict of "
+                        f"block_mask_to_dense's keywords; got {type(block_mask).__name__}")
+    fields = {name: getattr(block_mask, name, None) for name in _BLOCK_MASK_FIELDS}
+    if fields["seq_lengths"] is None:
+        raise TypeError("block_mask has no seq_lengths (an older torch's BlockMask): pass its fields as keywords, "
+                        "with seq_lengths=(L, S)")
+    return fields
+
+
+def block_mask_to_dense(block_mask=None, /, *, kv_num_blocks=None, kv_indices=None, full_kv_num_blocks=None,
+                        full_kv_indices=None, BLOCK_SIZE=None, mask_mod=None, seq_lengths=None):
+    r"""The dense boolean mask that a block-sparse description (FlexAttention's ``BlockMask``) stands for.
+
+    Takes either PyTorch's ``torch.nn.attention.flex_attention.BlockMask``
+    itself (or a dict of the keywords) as its one positional argument, or
+    the keywords, which are that object's fields (as
+    ``BlockMask.from_kv_blocks`` names them) as arrays. Query block ``m``
+    of batch ``b`` and head ``h`` computes the key blocks
     ``kv_indices[b, h, m, :kv_num_blocks[b, h, m]]`` with `mask_mod`
     (partial blocks) and ``full_kv_indices[b, h, m,
     :full_kv_num_blocks[b, h, m]]`` without it (full blocks).
 
     Parameters
     ----------
+    block_mask : BlockMask or dict, optional
+        A ``BlockMask`` (from ``create_block_mask`` or
+        ``BlockMask.from_kv_blocks``; any device): its ``kv_num_blocks``,
+        ``kv_indices``, ``full_kv_num_blocks``, ``full_kv_indices``,
+        ``BLOCK_SIZE``, ``mask_mod`` and ``seq_lengths`` are read as the
+        keywords below (tensors copied to NumPy exactly, its ``mask_mod``
+        written for torch). Or a dict of the keywords. Positional only,
+        and never together with a keyword.
     kv_num_blocks : array_like of int, shape (B, H, n_q_blocks)
-        How many partial key blocks each query block lists.
+        How many partial key blocks each query block lists. Required
+        without `block_mask`.
     kv_indices : array_like of int, shape (B, H, n_q_blocks, max_blocks)
         Their indices; entries past each row's count are ignored.
+        Required without `block_mask`.
     full_kv_num_blocks, full_kv_indices : array_like of int, optional
         The same for full blocks (all True), shaped as the two above.
     BLOCK_SIZE : int or (int, int)
         ``(Q, KV)`` rows and columns per block (one int for both).
+        Required without `block_mask`.
     mask_mod : callable, optional
         ``mask_mod(b, h, q_idx, kv_idx)`` of the partial blocks, called as
-        `flex_attention` calls it; None: partial blocks are all True.
+        `flex_attention` calls it (written for NumPy or for torch); None:
+        partial blocks are all True.
     seq_lengths : (int, int)
-        ``(L, S)``; need not be multiples of the block sizes.
+        ``(L, S)``; need not be multiples of the block sizes. Required
+        without `block_mask`.
 
     Returns
     -------
     ndarray of bool, shape (B, H, L, S)
         True where the description lets query ``i`` attend to key ``j``;
-        blocks not listed are False.
+        blocks not listed are False. A ``BlockMask`` made with ``B=None``
+        or ``H=None`` has 1 there, which broadcasts.
 
     Raises
     ------
     TypeError
-        If counts or indices are not integers, or `mask_mod` returns
+        If `block_mask` is neither a ``BlockMask`` nor a dict of the
+        keywords, it comes with keywords, a required keyword is missing,
+        counts or indices are not integers, or `mask_mod` returns
         non-booleans.
     ValueError
         If shapes disagree with each other or with `seq_lengths`, a count
@@ -541,6 +777,20 @@ def block_mask_to_dense(*, kv_num_blocks, kv_indices, full_kv_num_blocks=None, f
     --------
     flex_attention : Where a ``mask_mod`` is evaluated tile by tile.
 
+    Notes
+    -----
+    ``create_block_mask`` rounds the lengths up to whole blocks while it
+    finds the blocks; ``BlockMask.seq_lengths`` keeps the real ``(L, S)``,
+    and `mask_mod` is only called on positions below them, so a document
+    mask indexing ``L`` document ids works here too::
+
+        from torch.nn.attention.flex_attention import create_block_mask
+        doc_ids = torch.tensor(...)                    # (L,), L = S
+        def document(b, h, q_idx, kv_idx):
+            return doc_ids[q_idx] == doc_ids[kv_idx]
+        block_mask = create_block_mask(document, None, None, L, L, device="cpu")
+        dense = block_mask_to_dense(block_mask)        # (1, 1, L, L)
+
     Examples
     --------
     Two query blocks of two rows over three key blocks: the first lists key
@@ -549,16 +799,38 @@ def block_mask_to_dense(*, kv_num_blocks, kv_indices, full_kv_num_blocks=None, f
 
     >>> import numpy as np
     >>> from attention_ref import block_mask_to_dense, causal_mask_mod
-    >>> dense = block_mask_to_dense(
-    ...     kv_num_blocks=np.array([[[1, 1]]]), kv_indices=np.array([[[[0, 2], [1, 2]]]]),
-    ...     full_kv_num_blocks=np.array([[[0, 1]]]), full_kv_indices=np.array([[[[0], [0]]]]),
-    ...     BLOCK_SIZE=2, mask_mod=causal_mask_mod(), seq_lengths=(4, 5))
+    >>> fields = dict(kv_num_blocks=np.array([[[1, 1]]]), kv_indices=np.array([[[[0, 2], [1, 2]]]]),
+    ...               full_kv_num_blocks=np.array([[[0, 1]]]), full_kv_indices=np.array([[[[0], [0]]]]),
+    ...               BLOCK_SIZE=2, mask_mod=causal_mask_mod(), seq_lengths=(4, 5))
+    >>> dense = block_mask_to_dense(**fields)
     >>> dense[0, 0].astype(int)
     array([[1, 0, 0, 0, 0],
            [1, 1, 0, 0, 0],
            [1, 1, 1, 0, 0],
            [1, 1, 1, 1, 0]])
+
+    The same fields as one dict (as a ``BlockMask`` is passed):
+
+    >>> bool(np.array_equal(block_mask_to_dense(fields), dense))
+    True
     """
+    keywords = {"kv_num_blocks": kv_num_blocks, "kv_indices": kv_indices, "full_kv_num_blocks": full_kv_num_blocks,
+                "full_kv_indices": full_kv_indices, "BLOCK_SIZE": BLOCK_SIZE, "mask_mod": mask_mod,
+                "seq_lengths": seq_lengths}
+    if block_mask is not None:
+        given = [name for name, value in keywords.items() if value is not None]
+        if given:
+            raise TypeError(f"block_mask_to_dense takes a block_mask or keywords, not both; got a "
+                            f"{type(block_mask).__name__} and {', '.join(given)}")
+        keywords.update(_block_mask_fields(block_mask))
+    missing = [name for name, required in _BLOCK_MASK_FIELDS.items() if required and keywords[name] is None]
+    if missing:
+        raise TypeError(f"block_mask_to_dense needs a block_mask or the keywords {', '.join(missing)}")
+    return _dense_mask(**keywords)
+
+
+def _dense_mask(kv_num_blocks, kv_indices, full_kv_num_blocks, full_kv_indices, BLOCK_SIZE, mask_mod, seq_lengths):
+    """`block_mask_to_dense` of its checked-for keywords."""
     if isinstance(BLOCK_SIZE, (tuple, list)) and len(BLOCK_SIZE) == 2:
         block_q = check_int(BLOCK_SIZE[0], "BLOCK_SIZE[0] (Q)", minimum=1)
         block_k = check_int(BLOCK_SIZE[1], "BLOCK_SIZE[1] (KV)", minimum=1)
@@ -570,7 +842,7 @@ def block_mask_to_dense(*, kv_num_blocks, kv_indices, full_kv_num_blocks=None, f
     S = check_int(seq_lengths[1], "seq_lengths[1] (S)", minimum=0)
     if mask_mod is not None and not callable(mask_mod):
         raise TypeError(f"mask_mod must be a function or None; got {type(mask_mod).__name__}")
-    counts = np.asarray(kv_num_blocks)
+    counts = to_numpy(kv_num_blocks, "kv_num_blocks")
     if counts.ndim != 3:
         raise ValueError(f"kv_num_blocks must have shape (B, H, n_q_blocks); got {counts.shape}")
     n_q, n_k = -(-L // block_q), -(-S // block_k)

@@ -808,3 +808,31 @@ LAYOUT_AND_AXIS_CASES = [
 ])
 def test_layout_and_axis_raise_a_named_error(thunk, exc, pattern):
     test_bad_input_raises_a_named_error(thunk, exc, pattern)
+
+
+# ---------------------------------------------------------------------------
+# block_mask_to_dense's positional block_mask and flex_attention_backward's score_mod_grad (appended).
+
+_FIELDS = {"kv_num_blocks": np.ones((1, 1, 1), int), "kv_indices": np.zeros((1, 1, 1, 1), int), "BLOCK_SIZE": 4,
+           "seq_lengths": (4, 4)}
+BLOCK_MASK_CASES = [
+    ("positional-and-keyword", call(attention_ref.block_mask_to_dense, dict(_FIELDS), BLOCK_SIZE=4), TypeError,
+     r"^block_mask_to_dense takes a block_mask or keywords, not both; got a dict and BLOCK_SIZE"),
+    ("dict-unknown-key", call(attention_ref.block_mask_to_dense, {**_FIELDS, "Block_Size": 4}), TypeError,
+     r"^block_mask as a dict takes the keywords .*; got 'Block_Size'"),
+    ("not-a-block-mask", call(attention_ref.block_mask_to_dense, [[1, 0]]), TypeError,
+     r"^block_mask must be a torch BlockMask .*; got list"),
+    ("missing-keywords", call(attention_ref.block_mask_to_dense, kv_num_blocks=np.ones((1, 1, 1), int)), TypeError,
+     r"needs a block_mask or the keywords kv_indices, BLOCK_SIZE, seq_lengths"),
+    ("dict-bad-counts", call(attention_ref.block_mask_to_dense, {**_FIELDS, "kv_num_blocks": np.ones((1, 1, 1))}),
+     TypeError, r"kv_num_blocks"),
+    ("score_mod_grad-not-callable", call(attention_ref.flex_attention_backward, Q4, K4, V4, np.ones((1, 2, 3, 6)),
+                                         lambda s, b, h, i, j: 2 * s, score_mod_grad=2.0), TypeError,
+     r"^score_mod_grad must be a function or None; got float"),
+]
+
+
+@pytest.mark.parametrize(("thunk", "exc", "pattern"),
+                         [pytest.param(*case[1:], id=case[0]) for case in BLOCK_MASK_CASES])
+def test_block_mask_and_score_mod_grad_errors_name_the_argument(thunk, exc, pattern):
+    test_bad_input_raises_a_named_error(thunk, exc, pattern)

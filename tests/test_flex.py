@@ -4,18 +4,24 @@ Against PyTorch's FlexAttention (CPU, float64, eager, a BlockMask from create_bl
 block, on combinations and on attention-gym's variants, each written a second time in torch here; against
 scaled_dot_product_attention with the dense mask and bias the same functions give; tile skipping counted;
 the memory bound at L = 16,384; bad mods; gradients against torch autograd through the function Flex's CPU path
-runs. The largest deviation per building block is printed at the end of the session (conftest.py).
+runs. Mods written for torch (captured tensors, autograd derivatives, the device tried next) against the NumPy
+ones; torch's BlockMask read as it is; torch never imported for NumPy mods. The largest deviation per building
+block is printed at the end of the session (conftest.py).
 """
 
 import math
+import subprocess
+import sys
 import tracemalloc
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import attention_ref as ar
 from attention_ref import flex
+from attention_ref._validation import bfloat16_dtype
 
 TOL = 1e-12
 B, H, L, S, E, EV = 2, 4, 29, 41, 8, 5
@@ -550,6 +556,7 @@ def test_block_mask_to_dense_matches_torch_create_mask(tt, name, block):
                                   seq_lengths=block_mask.seq_lengths)
     theirs = create_mask(t_mask, B, H, L, S, device="cpu").numpy()
     np.testing.assert_array_equal(ours, theirs)
+    np.testing.assert_array_equal(ar.block_mask_to_dense(block_mask), theirs)  # the BlockMask itself, torch mask_mod
     np.testing.assert_array_equal(ours, np.broadcast_to(dense_of(mask_mod, None, (B, H, L, S))[0], ours.shape))
 
 
@@ -576,3 +583,235 @@ def test_a_block_sparse_kernel_can_be_checked_against_its_pattern():
     missing = ar.causal_mask(8) & ~dense[0, 0]
     np.testing.assert_array_equal(np.argwhere(missing)[:, 0] >= 4, True)
     assert missing.sum() == 16
+
+
+# --- mods written for torch ----------------------------------------------------------------------------------
+
+
+TORCH_MOD_CASES = ["document per batch", "softcap, alibi, window", "relative bias, causal document", "gym natten",
+                   "alibi bottom-right"]
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("name", TORCH_MOD_CASES)
+def test_torch_mods_give_what_the_numpy_mods_give(tt, record_deviation, name):
+    score_mod, mask_mod, t_score, t_mask = cases(tt)[name]
+    q, k, v = problem(seed=20, kv_heads=2)
+    dout = np.random.default_rng(21).standard_normal((B, H, L, EV))
+    kwargs = {"enable_gqa": True, "block_size": (8, 16)}
+    ours, ours_lse = ar.flex_attention(q, k, v, t_score, t_mask, return_lse=True, **kwargs)
+    numpy_out, numpy_lse = ar.flex_attention(q, k, v, score_mod, mask_mod, return_lse=True, **kwargs)
+    assert_same(record_deviation, f"{name} torch mods", ours, numpy_out, ours_lse, numpy_lse)
+    grads = ar.flex_attention_backward(q, k, v, dout, t_score, t_mask, **kwargs)  # t_score: by torch autograd
+    numpy_grads = ar.flex_attention_backward(q, k, v, dout, score_mod, mask_mod, **kwargs)
+    for got, want, label in zip(grads[:3], numpy_grads[:3], ("dq", "dk", "dv"), strict=True):
+        assert record_deviation(f"flex grad {name} torch mods", got, want) <= TOL, label
+    for mod in (t_score, t_mask if name in ("document per batch", "gym natten") else None):  # the others: NumPy runs
+        assert mod is None or flex._known_device(mod) == tt.device("cpu")  # found to be a torch mod, and remembered
+
+
+def torch_index(tt, shape):
+    """(b, h, q_idx, kv_idx) of a whole (B, H, L, S) problem as int64 tensors, broadcastable as on a tile."""
+    return tuple(tt.arange(n).reshape([-1 if axis == i else 1 for i in range(4)]) for axis, n in enumerate(shape))
+
+
+@pytest.mark.torch
+def test_torch_mods_capture_tensors_and_see_the_working_dtype(tt):
+    ids = tt.from_numpy(IDS)
+    seen = []
+
+    def document(b, h, q_idx, kv_idx):
+        seen.append(type(q_idx).__module__.split(".")[0])
+        return ids[q_idx] == ids[kv_idx]
+
+    def bias(score, b, h, q_idx, kv_idx):
+        seen.append("numpy" if isinstance(score, np.ndarray) else score.dtype)
+        return score + tt.where(q_idx >= kv_idx, 0.0, -1.0)
+
+    q, k, v = problem(seed=22)
+    ours = ar.flex_attention(q, k, v, bias, document, block_size=8)
+    dense_mask = IDS[:L, None] == IDS[None, :]
+    np.testing.assert_allclose(ours, ar.scaled_dot_product_attention(
+        q, k, v, mask=dense_mask, bias=np.where(np.arange(L)[:, None] >= np.arange(S), 0.0, -1.0)), rtol=0,
+        atol=1e-14)
+    assert seen.count("numpy") == 2 and seen.count("torch") == 4 * 6  # NumPy tried once per mod; mask: 4 x 6 tiles
+    assert set(seen) == {"numpy", "torch", tt.float64}
+    for dtype, forward, backward in ((np.float32, tt.float32, tt.float32), (np.float16, tt.float32, tt.float64)):
+        seen.clear()
+        q, k, v = problem(seed=23, dtype=dtype)
+        ar.flex_attention(q, k, v, bias, block_size=16)
+        assert set(seen) == {forward}
+        seen.clear()
+        ar.flex_attention_backward(q, k, v, np.ones((B, H, L, EV), dtype), bias, block_size=16)
+        assert set(seen) == {backward}
+    scores = np.linspace(-2, 2, 6, dtype=bfloat16_dtype()).reshape(1, 1, 2, 3)  # the checkers' helper, bfloat16
+    index = (np.zeros((1, 1, 1, 1), int), np.zeros((1, 1, 1, 1), int), np.arange(2).reshape(1, 1, 2, 1),
+             np.arange(3).reshape(1, 1, 1, 3))
+    got = flex._tile_score(bias, scores, index, "in the test")
+    assert got.dtype == scores.dtype and seen[-1] == tt.bfloat16
+    want = (scores.astype(float) - (index[2] < index[3])).astype(scores.dtype)  # rounded to bfloat16, as torch does
+    np.testing.assert_array_equal(got.astype(float), want.astype(float))
+    index = (*index[:2], np.arange(7, 10).reshape(1, 1, 3, 1), np.arange(8, 12).reshape(1, 1, 1, 4))
+    allowed = flex._tile_mask(document, index, (1, 1, 3, 4), "in the test")
+    np.testing.assert_array_equal(allowed, (IDS[7:10, None] == IDS[8:12])[None, None])
+    assert allowed.any() and not allowed.all()
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("name", ["softcap", "alibi"])
+def test_autograd_derivative_of_a_torch_score_mod_equals_score_mod_grad(tt, name):
+    slopes = tt.nn.Parameter(tt.from_numpy(SLOPES))  # a captured tensor that requires grad itself
+    numpy_mod, t_mod = {
+        "softcap": (ar.softcap_score_mod(2.0), lambda s, b, h, i, j: 2.0 * tt.tanh(s / 2.0)),
+        "alibi": (ar.alibi_score_mod(SLOPES), lambda s, b, h, i, j: s - slopes[h] * (i - j).abs()),
+    }[name]
+    shape = (B, H, L, S)
+    scores = 3 * np.random.default_rng(24).standard_normal(shape)
+    index = tuple(np.asarray(t) for t in torch_index(tt, shape))
+    got = flex._autograd_slope(t_mod, scores, index, "in the test")
+    want = np.broadcast_to(numpy_mod.score_mod_grad(scores, *index), shape)
+    assert got.shape == shape and got.dtype == np.float64
+    np.testing.assert_array_equal(flex._autograd_derivative(t_mod)(scores, *index), got)  # for the checkers
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-15)
+    if name == "softcap":
+        assert not np.all(got == got.flat[0])  # a derivative that depends on the score
+
+
+@pytest.mark.torch
+def test_a_numpy_score_mod_gets_no_autograd_derivative_even_with_torch_imported(tt):
+    q, k, v = problem()
+
+    def double(score, b, h, q_idx, kv_idx):  # runs on NumPy arrays: a NumPy mod, whatever torch could do with it
+        return 2 * score
+
+    with pytest.raises(TypeError, match="score_mod 'double' has no derivative: pass score_mod_grad"):
+        ar.flex_attention_backward(q, k, v, np.zeros((B, H, L, EV)), double)
+    with pytest.raises(TypeError, match="score_mod_grad must be a function or None; got int"):
+        ar.flex_attention_backward(q, k, v, np.zeros((B, H, L, EV)), double, score_mod_grad=2)
+
+
+@pytest.mark.torch
+def test_a_mod_that_raises_on_numpy_and_on_torch_names_both_attempts(tt):
+    q, k, v = problem()
+    short = tt.zeros(10, dtype=tt.int64)
+
+    def document(b, h, q_idx, kv_idx):
+        return short[q_idx] == short[kv_idx]  # past 10: IndexError on NumPy index arrays and on tensors
+
+    with pytest.raises(ValueError, match=r"mask_mod 'document' raised IndexError: .* on torch tensors \(cpu\).* "
+                                         r"\(on the tile of queries 0:8 and keys 8:16\)") as info:
+        ar.flex_attention(q, k, v, mask_mod=document, block_size=8)  # a torch mod from the first tile on
+    assert isinstance(info.value.__cause__, IndexError) and "NumPy" not in str(info.value)
+
+    def shifted(b, h, q_idx, kv_idx):
+        return short[q_idx + 20] == short[kv_idx]
+
+    with pytest.raises(ValueError, match=r"mask_mod 'shifted' raised IndexError: .* on NumPy arrays and "
+                                         r"IndexError: .* on torch tensors \(cpu\).* \(on the tile of queries 0:8 "
+                                         r"and keys 0:8\)") as info:
+        ar.flex_attention(q, k, v, mask_mod=shifted, block_size=8)
+    assert isinstance(info.value.__cause__, IndexError)
+
+    def wrong(score, b, h, q_idx, kv_idx):
+        return tt.tanh(score, 2)
+
+    with pytest.raises(TypeError, match=r"^score_mod 'wrong' raised TypeError: .* on NumPy arrays and TypeError: "
+                                        r".* on torch tensors") as info:
+        ar.flex_attention(q, k, v, wrong)
+    assert isinstance(info.value.__cause__, TypeError)
+
+
+@pytest.mark.torch
+def test_a_torch_mod_that_fails_on_the_cpu_is_tried_on_the_next_device(tt, monkeypatch):
+    # A mod that captured CUDA tensors fails on CPU tensors and runs on the accelerator; without one here, the
+    # devices to try are a meta device (standing for the CPU, where the mod fails) and then the CPU.
+    monkeypatch.setattr(flex, "_torch_devices", lambda torch: [torch.device("meta"), torch.device("cpu")])
+    ids = tt.from_numpy(IDS)
+
+    def document(b, h, q_idx, kv_idx):
+        if q_idx.device != ids.device:  # NumPy's "cpu" too
+            raise RuntimeError(f"Expected all tensors to be on the same device, got {q_idx.device}")
+        return ids[q_idx] == ids[kv_idx]
+
+    q, k, v = problem()
+    ours = ar.flex_attention(q, k, v, mask_mod=document, block_size=8)
+    np.testing.assert_allclose(ours, ar.scaled_dot_product_attention(q, k, v, mask=IDS[:L, None] == IDS),
+                               rtol=0, atol=1e-14)
+    assert flex._known_device(document) == tt.device("cpu")
+
+
+@pytest.mark.torch
+def test_torch_eager_flex_attention_agrees_with_torch_mods_here(tt, record_deviation):
+    q, k, v = problem(seed=25)
+
+    def causal(b, h, q_idx, kv_idx):
+        return q_idx >= kv_idx
+
+    def softcap(score, b, h, q_idx, kv_idx):
+        return 3.0 * tt.tanh(score / 3.0)
+
+    theirs, theirs_lse = torch_flex(tt, q, k, v, softcap, causal)
+    ours, ours_lse = ar.flex_attention(q, k, v, softcap, causal, return_lse=True, block_size=(8, 16))
+    assert_same(record_deviation, "torch mods causal softcap", ours, theirs, ours_lse, theirs_lse)
+
+
+DENSE_CASES = {  # (B, H, L, S): None broadcasts; lengths not multiples of 128, and 256 (full blocks)
+    "causal": ((None, None, 200, 300), lambda ids: lambda b, h, i, j: i >= j),
+    "sliding window": ((2, None, 200, 300), lambda ids: lambda b, h, i, j: (i - j).abs() <= 40),
+    "document": ((None, None, 300, 300), lambda ids: lambda b, h, i, j: ids[i] == ids[j]),
+    "causal per head": ((2, 3, 256, 256), lambda ids: lambda b, h, i, j: (i >= j) | ((h == 1) & (b == 0))),
+}
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("name", list(DENSE_CASES))
+def test_block_mask_to_dense_reads_a_torch_block_mask(tt, name):
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    (Bm, Hm, Lm, Sm), make = DENSE_CASES[name]
+    doc_ids = np.repeat(np.arange(4), [50, 70, 30, 150])
+    block_mask = create_block_mask(make(tt.from_numpy(doc_ids)), Bm, Hm, Lm, Sm, device="cpu")
+    assert block_mask.seq_lengths == (Lm, Sm) and block_mask.BLOCK_SIZE == (128, 128)
+    dense = ar.block_mask_to_dense(block_mask)
+    b, h, i, j = np.arange(Bm or 1)[:, None, None, None], np.arange(Hm or 1)[:, None, None], np.arange(Lm)[:, None], \
+        np.arange(Sm)
+    want = np.broadcast_to(make(doc_ids)(b, h, i, j) if name != "sliding window" else abs(i - j) <= 40,
+                           (Bm or 1, Hm or 1, Lm, Sm))
+    np.testing.assert_array_equal(dense, want)
+    if name == "causal per head":
+        assert int(block_mask.full_kv_num_blocks.sum()) > 0  # full blocks read too
+    fields = {key: getattr(block_mask, key) for key in ("kv_num_blocks", "kv_indices", "full_kv_num_blocks",
+                                                        "full_kv_indices", "BLOCK_SIZE", "mask_mod", "seq_lengths")}
+    np.testing.assert_array_equal(ar.block_mask_to_dense(fields), dense)  # a dict of tensors and a torch mod
+    np.testing.assert_array_equal(ar.block_mask_to_dense(**fields), dense)
+
+
+@pytest.mark.torch
+def test_block_mask_to_dense_takes_a_block_mask_or_keywords_not_both(tt):
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    block_mask = create_block_mask(lambda b, h, i, j: i >= j, None, None, 8, 8, device="cpu", BLOCK_SIZE=4)
+    with pytest.raises(TypeError, match="takes a block_mask or keywords, not both; got a BlockMask and BLOCK_SIZE"):
+        ar.block_mask_to_dense(block_mask, BLOCK_SIZE=4)
+    with pytest.raises(TypeError, match=r"block_mask as a dict takes the keywords .*; got 'block_size'"):
+        ar.block_mask_to_dense({"block_size": 4})
+    with pytest.raises(TypeError, match="needs a block_mask or the keywords kv_num_blocks, kv_indices, BLOCK_SIZE"):
+        ar.block_mask_to_dense({"seq_lengths": (8, 8)})
+    with pytest.raises(TypeError, match=r"block_mask must be a torch BlockMask .*; got ndarray"):
+        ar.block_mask_to_dense(np.ones((1, 1, 8, 8), bool))
+
+
+def test_the_package_does_not_import_torch_for_numpy_mods():
+    code = ("import sys, numpy as np, attention_ref as ar\n"
+            "x = np.ones((1, 2, 5, 4))\n"
+            "ar.flex_attention_backward(x, x, x, x, ar.softcap_score_mod(2.0), ar.causal_mask_mod(), block_size=2)\n"
+            "ar.block_mask_to_dense({'kv_num_blocks': np.ones((1, 1, 1), int), 'kv_indices': np.zeros((1, 1, 1, 1), "
+            "int), 'BLOCK_SIZE': 4, 'seq_lengths': (4, 4), 'mask_mod': lambda b, h, i, j: i >= j})\n"
+            "try:\n"
+            "    ar.flex_attention(x, x, x, mask_mod=lambda b, h, i, j: i.frob())\n"
+            "except ValueError as exc:\n"
+            "    assert 'torch' not in str(exc), exc\n"
+            "assert 'torch' not in sys.modules\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                            cwd=Path(__file__).resolve().parents[1])
+    assert result.returncode == 0, result.stderr
