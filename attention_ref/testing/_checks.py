@@ -598,7 +598,7 @@ def _empty_grads(field: str, want, baseline, empty, empty_rows: str, check: Prob
     rows = _reduce_to(empty.astype(np.float64), want.shape[:-1]) > 0 if field == "dq" else None
     if empty_rows == "zeros" or not empty.any():
         return want, baseline, None, rows
-    if field == "dq":
+    if rows is not None:  # dq
         mask = np.broadcast_to(rows[..., None], want.shape)
         if empty_rows == "nan":
             return np.where(mask, np.nan, want), np.where(mask, np.nan, baseline), None, rows
