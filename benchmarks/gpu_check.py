@@ -67,7 +67,7 @@ def sdpa_checks(torch, device: str, quick: bool) -> None:
                 "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}
     if device == "cpu":
         backends = {"flash (CPU)": SDPBackend.FLASH_ATTENTION, "math": SDPBackend.MATH}
-    n = 128 if quick else 512
+    n = 128 if quick else 256
     shapes = {  # name: (B, Hq, Hkv, L, S, E, options, q/k spread)
         "causal": (2, 8, 8, n, n, 64, {"is_causal": True}, 1.0),
         "L<S": (2, 8, 8, n // 4, n + 77, 64, {}, 1.0),
@@ -178,7 +178,19 @@ def broken_checks(torch, device: str, quick: bool) -> None:
 def flex_checks(torch, device: str, quick: bool, compiled: bool) -> None:
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-    run = torch.compile(flex_attention) if compiled else flex_attention
+    compiled_flex = torch.compile(flex_attention) if compiled else flex_attention
+    try:
+        from torch.nn.attention.flex_attention import AuxRequest
+    except ImportError:  # before PyTorch 2.9: return_lse
+        AuxRequest = None
+
+    def run(q, k, v, score_mod=None, block_mask=None, return_lse=False):
+        if not return_lse:
+            return compiled_flex(q, k, v, score_mod=score_mod, block_mask=block_mask)
+        if AuxRequest is None:
+            return compiled_flex(q, k, v, score_mod=score_mod, block_mask=block_mask, return_lse=True)
+        out, aux = compiled_flex(q, k, v, score_mod=score_mod, block_mask=block_mask, return_aux=AuxRequest(lse=True))
+        return out, aux.lse
     kernel = "flex_attention (compiled)" if compiled else "flex_attention (eager)"
     gen = torch.Generator(device="cpu").manual_seed(2)
     B, H, L, E = 2, 4, 256 if quick else 1024, 64
@@ -264,6 +276,26 @@ def jax_checks(quick: bool, device: str) -> None:
                                                 is_causal=True))
 
 
+def write(path: Path | None, torch, device: str, quick: bool) -> dict:
+    """The summary of the rows so far; with `path`, the record written there (after every part: a run cut
+    short still leaves what it checked)."""
+    verdicts = [row for row in ROWS if row["got"] != "error"]
+    summary = {"checks": len(ROWS), "verdicts": len(verdicts), "as_expected": sum(r["ok"] for r in verdicts),
+               "errors": len(ROWS) - len(verdicts),
+               "broken_rejected": sum(r["ok"] for r in verdicts if r["expect"] == "fail"),
+               "broken": sum(r["expect"] == "fail" for r in verdicts)}
+    if path is not None:
+        versions = {"torch": torch.__version__, "numpy": np.__version__, "attention_ref": attention_ref.__version__,
+                    "python": platform.python_version()}
+        if "jax" in sys.modules:
+            versions["jax"] = sys.modules["jax"].__version__
+        gpu = torch.cuda.get_device_name(0) if device == "cuda" else platform.processor() or "CPU"
+        record_ = {"gpu": gpu, "cuda": torch.version.cuda, "versions": versions,
+                   "date": datetime.date.today().isoformat(), "quick": quick, "summary": summary, "rows": ROWS}
+        path.write_text(json.dumps(record_, indent=1) + "\n")
+    return summary
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", type=Path, help="write the record (JSON) here")
@@ -277,33 +309,17 @@ def main() -> int:
         print("gpu_check.py needs CUDA (or --device cpu to try it out); nothing was recorded")
         return 2
     start = time.perf_counter()
-    sdpa_checks(torch, args.device, args.quick)
-    broken_checks(torch, args.device, args.quick)
-    for part in (lambda: flex_checks(torch, args.device, args.quick, not args.no_compile),
-                 lambda: jax_checks(args.quick, args.device)):
+    parts = (lambda: broken_checks(torch, args.device, args.quick),
+             lambda: flex_checks(torch, args.device, args.quick, not args.no_compile),
+             lambda: jax_checks(args.quick, args.device),
+             lambda: sdpa_checks(torch, args.device, args.quick))
+    for part in parts:
         try:
             part()
         except Exception:
             traceback.print_exc()
-    verdicts = [row for row in ROWS if row["got"] != "error"]
-    summary = {"checks": len(ROWS), "verdicts": len(verdicts), "as_expected": sum(r["ok"] for r in verdicts),
-               "errors": len(ROWS) - len(verdicts),
-               "broken_rejected": sum(r["ok"] for r in verdicts if r["expect"] == "fail"),
-               "broken": sum(r["expect"] == "fail" for r in verdicts)}
+        summary = write(args.write, torch, args.device, args.quick)
     print(json.dumps(summary), f"{time.perf_counter() - start:.0f} s")
-    if args.write:
-        versions = {"torch": torch.__version__, "numpy": np.__version__, "attention_ref": attention_ref.__version__,
-                    "python": platform.python_version()}
-        try:
-            import jax
-            versions["jax"] = jax.__version__
-        except ImportError:
-            pass
-        gpu = torch.cuda.get_device_name(0) if args.device == "cuda" else platform.processor() or "CPU"
-        record_ = {"gpu": gpu, "cuda": torch.version.cuda, "versions": versions,
-                   "date": datetime.date.today().isoformat(), "quick": args.quick, "summary": summary, "rows": ROWS}
-        args.write.write_text(json.dumps(record_, indent=1) + "\n")
-        print(f"wrote {args.write}")
     return 0 if summary["as_expected"] == summary["verdicts"] else 1
 
 
