@@ -36,6 +36,8 @@ from attention_ref.testing import (
 )
 
 ROWS: list[dict] = []
+#: Called after every row: writes the record so far (set by main with --write).
+AFTER_ROW: list = []
 
 
 def record(name: str, kernel: str, dtype: str, shape: str, expect: str, check) -> None:
@@ -54,6 +56,8 @@ def record(name: str, kernel: str, dtype: str, shape: str, expect: str, check) -
     row = {"check": name, "kernel": kernel, "dtype": dtype, "shape": shape, "expect": expect, "got": got,
            "ok": got == expect, "detail": detail, "seconds": round(seconds, 2)}
     ROWS.append(row)
+    for after in AFTER_ROW:
+        after()
     mark = "ok " if row["ok"] else ("ERR" if got == "error" else "BAD")
     print(f"{mark} {name:<42} {kernel:<28} {dtype:<9} {shape:<26} expect {expect}, got {got} {detail[:90]}",
           flush=True)
@@ -309,6 +313,7 @@ def main() -> int:
         print("gpu_check.py needs CUDA (or --device cpu to try it out); nothing was recorded")
         return 2
     start = time.perf_counter()
+    AFTER_ROW.append(lambda: write(args.write, torch, args.device, args.quick))
     parts = (lambda: broken_checks(torch, args.device, args.quick),
              lambda: flex_checks(torch, args.device, args.quick, not args.no_compile),
              lambda: jax_checks(args.quick, args.device),
@@ -318,7 +323,7 @@ def main() -> int:
             part()
         except Exception:
             traceback.print_exc()
-        summary = write(args.write, torch, args.device, args.quick)
+    summary = write(args.write, torch, args.device, args.quick)
     print(json.dumps(summary), f"{time.perf_counter() - start:.0f} s")
     return 0 if summary["as_expected"] == summary["verdicts"] else 1
 
