@@ -8,6 +8,24 @@ tests do: it computes the float64 reference and the textbook formula
 evaluated in the kernel's own dtype (the *baseline*), and asks the kernel to
 be at most ``factor`` times as far from the reference as that baseline.
 
+The checkers take a kernel's tensors as they are: PyTorch tensors on any
+device and in any float dtype (bfloat16 and fp8 included, requiring grad or
+not), JAX and CuPy arrays, and anything with ``__dlpack__`` or
+``__array__``, converted exactly by `to_numpy` without importing a framework
+the caller has not imported. They describe the attention with the options of
+`attention_ref.scaled_dot_product_attention` or as a FlexAttention variant
+(``score_mod``, ``mask_mod``, ``block_mask``; mods written for torch work
+unchanged), and take ``dtype=`` (the precision of a widened result) and
+``empty_rows=`` (the kernel's convention for a row with no allowed key).
+
+- `assert_attention_close`: the output;
+- `assert_lse_close`: the log-sum-exp, natural or base 2;
+- `assert_attention_grads_close`: the gradients, each by the same rule;
+- `assert_paged_attention_close`: a paged-cache kernel, sequence by sequence;
+- `to_numpy`: the conversion, for the author's own code;
+- `attention_ref.testing.strategies`: hypothesis strategies drawing the
+  problems kernels get wrong (``pip install 'attention_ref[strategies]'``).
+
 Examples
 --------
 >>> import numpy as np
