@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._kernel import dense_attention
+from ._online import online_softmax
 from ._options import OPTIONS, takes_options
 from ._validation import (
     as_bool_mask,
@@ -590,8 +591,6 @@ def scaled_dot_product_attention(q, k, v, *, return_weights=False, return_lse=Fa
     return_lse = check_bool(return_lse, "return_lse")
     lse = None
     if return_lse:
-        from .blockwise import online_softmax  # blockwise builds on this module
-
         lse = online_softmax(p)[1]  # (..., L), the online softmax's normaliser
 
     if not p.has_dropout:

@@ -8,10 +8,11 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ._online import _safe_max
 from ._options import DESCALES, DETERMINISTIC, OPTIONS, takes_options
 from ._validation import as_real_array, check_shape, result_dtype
 from .attention import AttentionProblem, prepare_attention
-from .blockwise import _block_sizes, _safe_max, blockwise_attention
+from .blockwise import _block_sizes, blockwise_attention
 from .softmax import logsumexp
 
 __all__ = ["AttentionGrads", "attention_backward"]

@@ -21,6 +21,7 @@ import numpy as np
 
 from ._interop import _TORCH_BITS, is_torch_tensor, to_numpy
 from ._kernel import run_blocks, scaled_down_values
+from ._online import _online_update, _safe_max
 from ._validation import (
     as_real_array,
     check_bool,
@@ -33,7 +34,7 @@ from ._validation import (
     result_dtype,
 )
 from .backward import AttentionGrads
-from .blockwise import _block_sizes, _online_update, _safe_max
+from .blockwise import _block_sizes
 
 __all__ = ["block_mask_to_dense", "flex_attention", "flex_attention_backward"]
 

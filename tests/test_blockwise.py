@@ -506,11 +506,11 @@ class _Counts:
     """Counts the tiles blockwise attention visits and the window masks it builds."""
 
     def __init__(self, monkeypatch):
+        import attention_ref._online
         import attention_ref.attention
-        import attention_ref.blockwise
 
         self.tiles = self.masks = 0
-        update, band = attention_ref.blockwise._online_update, attention_ref.attention.in_window
+        update, band = attention_ref._online._online_update, attention_ref.attention.in_window
 
         def counting_update(*args):
             self.tiles += 1
@@ -520,7 +520,7 @@ class _Counts:
             self.masks += 1
             return band(*args)
 
-        monkeypatch.setattr(attention_ref.blockwise, "_online_update", counting_update)
+        monkeypatch.setattr(attention_ref._online, "_online_update", counting_update)
         monkeypatch.setattr(attention_ref.attention, "in_window", counting_band)
 
 
