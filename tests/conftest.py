@@ -1,6 +1,7 @@
 """Shared fixtures. In CI (``CI=true``) optional dependencies must be present: tests fail rather than skip."""
 
 import importlib
+import math
 import os
 import subprocess
 import sys
@@ -126,15 +127,45 @@ def reference_attention():
 _DEVIATIONS: dict[str, list[float]] = defaultdict(list)
 
 
+def max_deviation(ours, theirs):
+    """``max |ours - theirs|`` in float64, blind to nothing: an element where one side is finite and the other is
+    not, or where the two are different non-finite values (NaN against an infinity, ``+inf`` against ``-inf``),
+    is an infinite deviation. Equal non-finite values (``-inf`` for an empty row's LSE on both sides) agree."""
+    ours, theirs = np.broadcast_arrays(np.asarray(ours, dtype=np.float64), np.asarray(theirs, dtype=np.float64))
+    finite = np.isfinite(ours) & np.isfinite(theirs)
+    agree = finite | (ours == theirs) | (np.isnan(ours) & np.isnan(theirs))
+    if not np.all(agree):
+        return math.inf
+    return float(np.max(np.abs(ours[finite] - theirs[finite]), initial=0.0))
+
+
+def assert_finite_where(ours, theirs, who):
+    """Our values are finite wherever the reference `who`'s are."""
+    ours, theirs = np.broadcast_arrays(np.asarray(ours, dtype=np.float64), np.asarray(theirs, dtype=np.float64))
+    bad = np.isfinite(theirs) & ~np.isfinite(ours)
+    assert not np.any(bad), f"ours is NaN or infinite at {np.count_nonzero(bad)} entries where {who} is finite"
+
+
+def planted(value, shape=(2, 3, 4), where=(1, 2, 3), seed=0):
+    """A reference array and a copy of it with `value` planted at `where`: "ours" gone wrong in one entry."""
+    theirs = np.random.default_rng(seed).normal(size=shape)
+    ours = theirs.copy()
+    ours[where] = value
+    return ours, theirs
+
+
+def not_recorded(group, ours, theirs):
+    """record_deviation's comparison without adding the planted failures to the session's summary."""
+    return max_deviation(ours, theirs)
+
+
 @pytest.fixture(scope="session")
 def record_deviation():
-    """``record_deviation(group, ours, theirs)`` stores ``max |ours - theirs|`` (NaN-aware) and returns it."""
+    """``record_deviation(group, ours, theirs)`` stores ``max_deviation(ours, theirs)`` and returns it: infinite
+    where one side is finite and the other is not."""
 
     def record(group, ours, theirs):
-        ours = np.asarray(ours, dtype=np.float64)
-        theirs = np.asarray(theirs, dtype=np.float64)
-        both = np.isfinite(ours) & np.isfinite(theirs)
-        value = float(np.max(np.abs(ours[both] - theirs[both]), initial=0.0))
+        value = max_deviation(ours, theirs)
         _DEVIATIONS[group].append(value)
         return value
 

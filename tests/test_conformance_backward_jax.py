@@ -11,9 +11,11 @@ float64 its gradients carry float32 rounding: each call asserts ``max |ours - ja
 (test_conformance_backward_torch.py). Without JAX the tests skip locally and fail in CI (``require``).
 """
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
-from conftest import require
+from conftest import assert_finite_where, max_deviation, not_recorded, planted, require
 
 from attention_ref import attention_backward
 
@@ -51,13 +53,27 @@ def jax_grads(jax, dout, q, k, v, *, bias=None, mask=None, **kwargs):
 
 
 def assert_close_to(ours, theirs, record_deviation, option):
+    """Every gradient within TOL of JAX's largest gradient entry, finite wherever JAX's is."""
+    assert all(np.all(np.isfinite(g)) for g in theirs.values()), "jax gave a non-finite gradient"
     top = max(np.abs(g).max() for g in theirs.values())
     worst = 0.0
     for name, want in theirs.items():
         got = getattr(ours, name)
         assert got.shape == want.shape, name
-        worst = max(worst, float(np.abs(got - want).max()))
+        assert_finite_where(got, want, f"jax's {name}")
+        worst = max(worst, max_deviation(got, want))  # never NaN: max(worst, nan) would drop it
     assert record_deviation(f"jax backward: {option}", worst / top, 0.0) <= TOL
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("name", ["dq", "dk", "dv"])
+def test_assert_close_to_fails_on_nan_or_inf_in_ours(value, name):
+    grads = {n: planted(0.0, seed=i)[1] for i, n in enumerate(("dq", "dk", "dv"))}
+    assert_close_to(SimpleNamespace(**{n: g.copy() for n, g in grads.items()}), grads, not_recorded, "planted")
+    bad = SimpleNamespace(**{n: g.copy() for n, g in grads.items()})
+    getattr(bad, name)[1, 2, 3] = value
+    with pytest.raises(AssertionError):
+        assert_close_to(bad, grads, not_recorded, "planted")
 
 
 def problem(seed, *, heads=3, kv_heads=None, L=4, S=5, E=3):

@@ -9,8 +9,11 @@ Every call asserts ``max |ours - torch| <= 1e-12 * max |gradient|`` over all the
 tiled, and records that relative deviation per option ("torch backward: <option>" in the session summary).
 """
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
+from conftest import assert_finite_where, max_deviation, not_recorded, planted
 from plain_options import alibi_plain, window_allowed
 
 from attention_ref import attention_backward
@@ -85,9 +88,22 @@ def assert_grads_conform(record_deviation, option, ours_by_path, theirs, names):
             got = getattr(ours, n)
             assert got.shape == theirs[n].shape, n
             assert np.all(np.isfinite(theirs[n])), f"torch gave non-finite {n}"
-            worst = max(worst, float(np.abs(got - theirs[n]).max(initial=0.0)))
+            assert_finite_where(got, theirs[n], f"torch's {n}")
+            worst = max(worst, max_deviation(got, theirs[n]))  # never NaN: max(worst, nan) would drop it
         deviation = record_deviation(f"torch backward: {option}", worst / top, 0.0)
         assert deviation <= TOL, option
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("name", ["dq", "dk", "dv"])
+def test_assert_grads_conform_fails_on_nan_or_inf_in_ours(value, name):
+    grads = {n: planted(0.0, seed=i)[1] for i, n in enumerate(QKV)}
+    good = SimpleNamespace(**{n: g.copy() for n, g in grads.items()})
+    assert_grads_conform(not_recorded, "planted", [good], grads, QKV)
+    bad = SimpleNamespace(**{n: g.copy() for n, g in grads.items()})
+    getattr(bad, name)[1, 2, 3] = value
+    with pytest.raises(AssertionError):
+        assert_grads_conform(not_recorded, "planted", [good, bad], grads, QKV)
 
 
 def ours_both_paths(q, k, v, dout, **options):

@@ -49,7 +49,7 @@ import inspect
 
 import numpy as np
 import pytest
-from conftest import require
+from conftest import assert_finite_where, not_recorded, planted, require
 
 import attention_ref as ar
 
@@ -168,9 +168,18 @@ def attention_mask_2d(lengths, n_keys, side):
 def compare(record_deviation, group, ours, theirs, tol=TOL):
     assert ours.shape == theirs.shape
     assert np.all(np.isfinite(theirs)), f"{group} returned NaN or an infinity"
+    assert_finite_where(ours, theirs, group)
     deviation = record_deviation(group, ours, theirs)
     assert deviation <= tol, f"{group}: max |ours - theirs| = {deviation:.3e} > {tol:.0e}"
     return deviation
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf])
+def test_compare_fails_on_nan_or_inf_in_ours(value):
+    ours, theirs = planted(value)
+    assert compare(not_recorded, "planted", theirs.copy(), theirs) == 0.0
+    with pytest.raises(AssertionError):
+        compare(not_recorded, "planted", ours, theirs, tol=1e300)
 
 
 # ---------------------------------------------------------------------------------------------------------------

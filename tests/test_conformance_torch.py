@@ -32,6 +32,7 @@ import warnings
 
 import numpy as np
 import pytest
+from conftest import assert_finite_where, not_recorded, planted
 
 from attention_ref import (
     blockwise_attention,
@@ -82,8 +83,19 @@ def assert_conforms(record_deviation, ours, theirs, *, empty_rows=None, group="t
         assert np.all(np.isnan(torch_rows) | (torch_rows == 0.0))
         ours, theirs = ours[~empty_rows], theirs[~empty_rows]
     assert np.all(np.isfinite(theirs)), f"{group} returned NaN outside fully masked rows"
+    assert_finite_where(ours, theirs, group)
     deviation = record_deviation(group, ours, theirs)
     assert deviation <= TOL
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf])
+def test_assert_conforms_fails_on_nan_or_inf_in_ours(value):
+    ours, theirs = planted(value)
+    assert_conforms(not_recorded, theirs.copy(), theirs)
+    with pytest.raises(AssertionError):
+        assert_conforms(not_recorded, ours, theirs)
+    with pytest.raises(AssertionError):  # also when an empty row of the reference is set aside
+        assert_conforms(not_recorded, ours, theirs, empty_rows=np.arange(3) == 0)
 
 
 def random_problem(seed, *, batch=(2, 3), L=None, S=None, E=None, Ev=None):
