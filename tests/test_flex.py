@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import assert_finite_where, not_recorded, planted
 
 import attention_ref as ar
 from attention_ref import flex
@@ -184,11 +185,28 @@ def tt(torch):
 def assert_same(record_deviation, group, ours, theirs, ours_lse, theirs_lse):
     """Outputs and log-sum-exps equal within TOL; rows empty in one are empty in the other (zeros, -inf)."""
     empty = np.isneginf(theirs_lse)
+    assert np.all(np.isfinite(theirs)) and np.all(np.isfinite(theirs_lse[~empty])), f"torch {group}: NaN or inf"
+    assert_finite_where(ours, theirs, f"torch {group}")
+    assert_finite_where(ours_lse[~empty], theirs_lse[~empty], f"torch {group}")
     np.testing.assert_array_equal(np.isneginf(ours_lse), empty)
     np.testing.assert_array_equal(ours[empty], 0.0)
     np.testing.assert_array_equal(theirs[empty], 0.0)
     assert record_deviation(f"flex {group}", ours, theirs) <= TOL
     assert record_deviation(f"flex {group} lse", ours_lse[~empty], theirs_lse[~empty]) <= TOL
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("planted_in", ["out", "lse"])
+def test_assert_same_fails_on_nan_or_inf_in_ours(value, planted_in):
+    out, theirs = planted(value)
+    lse, theirs_lse = planted(value, shape=(2, 3), where=(1, 2))
+    theirs_lse[0, 0] = -np.inf  # an empty row, zeros on both sides
+    theirs[0, 0] = 0.0
+    out[0, 0], lse[0, 0] = 0.0, -np.inf
+    assert_same(not_recorded, "planted", theirs.copy(), theirs, theirs_lse.copy(), theirs_lse)
+    ours, ours_lse = (out, theirs_lse.copy()) if planted_in == "out" else (theirs.copy(), lse)
+    with pytest.raises(AssertionError):
+        assert_same(not_recorded, "planted", ours, theirs, ours_lse, theirs_lse)
 
 
 # --- against PyTorch's FlexAttention ------------------------------------------------------------------
@@ -528,6 +546,26 @@ def test_user_score_mod_needs_its_derivative():
     np.testing.assert_allclose(grads.dk, same.dk, rtol=0, atol=1e-13)
 
 
+@pytest.mark.parametrize("block_size", [(8, 16), 64])
+def test_backward_with_scores_of_plus_or_minus_800(block_size):
+    # exp(x) alone overflows (x = 800) or underflows to 0 for a whole row (x = -800): the tile weights must be
+    # exp(x - lse), as in attention_backward with the same bias.
+    q, k, v = problem(seed=17)
+    dout = np.random.default_rng(18).standard_normal((B, H, L, EV))
+    i, j = np.arange(L)[:, None], np.arange(S)[None, :]
+    bias = np.where(i < L // 2, 800.0, -800.0) + np.where((i + j) % 3 == 0, 0.0, -2.0)  # (L, S)
+
+    def plus_or_minus_800(score, b, h, q_idx, kv_idx):
+        return score + bias[q_idx, kv_idx]
+
+    grads = ar.flex_attention_backward(q, k, v, dout, plus_or_minus_800, block_size=block_size,
+                                       score_mod_grad=lambda score, b, h, q_idx, kv_idx: np.ones_like(score))
+    want = ar.attention_backward(q, k, v, dout, bias=bias)
+    for name in ("dq", "dk", "dv"):
+        assert np.all(np.isfinite(getattr(grads, name))), name
+        np.testing.assert_allclose(getattr(grads, name), getattr(want, name), rtol=0, atol=1e-12, err_msg=name)
+
+
 def test_masked_rows_have_zero_gradients_and_low_precision_keeps_its_dtype():
     q, k, v = problem(seed=16, dtype=np.float16)
     mask_mod = lambda_named("upper", lambda b, h, i, j: (i < 10) & (j <= i))
@@ -558,6 +596,20 @@ def test_block_mask_to_dense_matches_torch_create_mask(tt, name, block):
     np.testing.assert_array_equal(ours, theirs)
     np.testing.assert_array_equal(ar.block_mask_to_dense(block_mask), theirs)  # the BlockMask itself, torch mask_mod
     np.testing.assert_array_equal(ours, np.broadcast_to(dense_of(mask_mod, None, (B, H, L, S))[0], ours.shape))
+
+
+def test_block_mask_to_dense_keeps_a_full_block_whole_that_mask_mod_would_deny():
+    # A hand-made description, not one create_block_mask would give: query block 0 lists key block 1 as full
+    # although the causal mask_mod denies all of it, and key block 0 as partial. Full blocks are all True.
+    fields = dict(kv_num_blocks=np.array([[[1, 1]]]), kv_indices=np.array([[[[0], [1]]]]),
+                  full_kv_num_blocks=np.array([[[1, 1]]]), full_kv_indices=np.array([[[[1], [0]]]]),
+                  BLOCK_SIZE=(2, 3), mask_mod=ar.causal_mask_mod(), seq_lengths=(4, 6))
+    expected = np.zeros((4, 6), dtype=bool)
+    expected[:2, 3:] = True  # query block 0, key block 1: full, although every key is after every query
+    expected[:2, :3] = np.arange(2)[:, None] >= np.arange(3)  # query block 0, key block 0: partial, causal
+    expected[2:, :3] = True  # query block 1, key block 0: full
+    expected[2:, 3:] = np.arange(2, 4)[:, None] >= np.arange(3, 6)  # query block 1, key block 1: partial, causal
+    np.testing.assert_array_equal(ar.block_mask_to_dense(**fields)[0, 0], expected)
 
 
 def test_block_mask_to_dense_ignores_entries_past_each_count_and_flags_out_of_range_blocks():

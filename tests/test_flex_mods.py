@@ -36,6 +36,19 @@ def test_document_prefix_and_chunked_masks_follow_their_definitions():
     np.testing.assert_array_equal(dense(ar.chunked_mask_mod(4, causal=False), 6, 6), i // 4 == j // 4)
 
 
+def test_document_ids_of_queries_and_keys_may_differ():
+    ids_q = np.array([0, 1, 1, 2, 3])  # a query's document is looked up in ids_q, a key's in ids_kv
+    ids_kv = np.array([0, 0, 1, 3, 3])
+    allowed = np.zeros((5, 5), dtype=bool)
+    for i in range(5):
+        for j in range(5):
+            allowed[i, j] = ids_q[i] == ids_kv[j]
+    np.testing.assert_array_equal(dense(ar.document_mask_mod(ids_q, ids_kv), 5, 5), allowed)
+    ids_kv = np.array([1, 3, 3, 0, 2, 2, 1])  # S = 7 keys for L = 5 queries
+    np.testing.assert_array_equal(dense(ar.document_mask_mod(ids_q, ids_kv), 5, 7),
+                                  [[ids_q[i] == ids_kv[j] for j in range(7)] for i in range(5)])
+
+
 def test_per_batch_ids_and_prefixes_index_by_b():
     ids = np.array([[0, 0, 1], [0, 1, 1]])
     b = np.arange(2).reshape(2, 1, 1, 1)
