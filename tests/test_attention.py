@@ -1050,6 +1050,34 @@ def test_one_call_with_heads_of_very_different_score_sizes(reference_attention, 
     np.testing.assert_allclose(out, expected, rtol=0, atol=2e-12)
 
 
+def test_one_task_float32_with_the_loud_head_between_two_quiet_ones(reference_attention, monkeypatch):
+    """The one-task path's shift decision again, in float32 (limit 22.2, smallest normal exp(-87.3)) and with three
+    heads, the loud one in the middle: its scores near -101 give subnormal float32 weights unless it subtracts its
+    row maxima. Neither the first nor the last head stands for the block's largest key norm."""
+    from attention_ref import _kernel
+
+    monkeypatch.setenv("ATTENTION_REF_NUM_THREADS", "1")
+    decisions = []
+    decide = _kernel._one_task
+    monkeypatch.setattr(_kernel, "_one_task", lambda *args: decisions.append(decide(*args)) or decisions[-1])
+    gen = np.random.default_rng(43)
+    H, L, S, E = 3, 64, 96, 4  # 18,432 scores: past _BOUND_MIN, so the bound decides
+    q = 0.5 * gen.standard_normal((H, L, E))
+    k = 0.5 * gen.standard_normal((H, S, E))
+    v = gen.standard_normal((H, S, E))
+    q[1] = 0.01 * gen.standard_normal((L, E))
+    q[1, :, 0] = 1.0
+    k[1] = 0.01 * gen.standard_normal((S, E))
+    k[1, :, 0] = -101.0 * np.sqrt(E) * (1 + 0.01 * gen.standard_normal(S))
+    q, k, v = (a.astype(np.float32) for a in (q, k, v))
+    expected, weights = reference_attention(q, k, v)
+    assert weights[1].max() > 0.05  # far from uniform: the loud head's scores differ by a few units
+    out = scaled_dot_product_attention(q, k, v)
+    assert decisions == [True]
+    # float32 scores near -101 carry about 101 ulp(1) = 6e-6 into the weights; unshifted subnormal ones far more
+    np.testing.assert_allclose(out, expected, rtol=0, atol=5e-5)
+
+
 # --- return_lse ---------------------------------------------------------------
 
 

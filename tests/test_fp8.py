@@ -273,6 +273,31 @@ def test_checker_fails_broken_fp8_kernels(breakage):
         assert_attention_close(out, q8, k8, v8, **options)
 
 
+def test_descales_by_batch_entry_and_group_written_out_one_head_at_a_time():
+    # Independent of dequantize_inputs (which the checker uses too): every head dequantized by its own loop,
+    # query head h by the descale of its group h // 3, batch entry b by row b. The kernels and the checker must
+    # agree with it. B = Hkv, so descales read with their axes swapped would still broadcast.
+    q8, k8, v8, options = fp8_problem(12, B=2, Hq=6, Hkv=2, L=16, S=24, E=16)
+    for name in ("q_descale", "k_descale", "v_descale"):  # every factor its own: no axis or group can stand in
+        assert np.unique(options[name]).size == 4, name
+    q, k, v = (np.empty(a.shape) for a in (q8, k8, v8))
+    for b in range(2):
+        for h in range(6):
+            q[b, h] = q8[b, h].astype(np.float64) * float(options["q_descale"][b, h // 3])
+        for h in range(2):
+            k[b, h] = k8[b, h].astype(np.float64) * float(options["k_descale"][b, h])
+            v[b, h] = v8[b, h].astype(np.float64) * float(options["v_descale"][b, h])
+    ref = scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    exact = ref.astype(require("ml_dtypes").bfloat16)  # a kernel that rounds once, at the end
+    for kernel in (scaled_dot_product_attention, ar.blockwise_attention):
+        out = kernel(q8, k8, v8, **options)
+        assert np.abs(out.astype(np.float64) - ref).max() <= 2.0**-8 * np.abs(ref).max(), kernel.__name__
+    assert_attention_close(exact, q8, k8, v8, **options)
+    _, lse = ar.blockwise_attention(q8, k8, v8, return_lse=True, **options)
+    np.testing.assert_allclose(lse, scaled_dot_product_attention(q, k, v, enable_gqa=True, return_lse=True)[1],
+                               rtol=1e-12)
+
+
 def test_the_fp8_baseline_rounds_the_weights_to_fp8():
     # FA3's intermediate_dtype: a baseline without that rounding is several times closer to the reference.
     from attention_ref.testing._baseline import _naive_attention

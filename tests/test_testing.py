@@ -104,6 +104,19 @@ def test_inputs_may_be_wider_than_the_output():
     assert_attention_close(ar.scaled_dot_product_attention(q, k, v).astype(np.float16), q, k, v)
 
 
+def test_float16_inputs_worked_in_float16_fail_as_a_float32_output():
+    # The baseline is rounded to the output's dtype, not the inputs': a kernel that takes float16, writes float32
+    # and computes in float16 is judged by float32 arithmetic, and fails; one computing in float32 passes.
+    q, k, v = qkv(16, np.float16)
+    in_float16 = ar.scaled_dot_product_attention(q, k, v).astype(np.float32)
+    in_float32 = ar.scaled_dot_product_attention(*(a.astype(np.float32) for a in (q, k, v)))
+    assert in_float32.dtype == np.float32
+    assert_attention_close(in_float32, q, k, v, atol=1e-6)
+    with pytest.raises(AssertionError, match=r"naive float32 baseline"):
+        assert_attention_close(in_float16, q, k, v, atol=1e-6)
+    assert_attention_close(in_float16, q, k, v, dtype=np.float16, atol=1e-6)  # as a float16 kernel: it is one
+
+
 def test_non_finite_input_must_give_the_same_non_finite_output():
     q, k, v = qkv(7, np.float32)
     q[0, 0, 2, 0] = np.nan
@@ -522,6 +535,25 @@ def test_base_2_and_plus_inf_conventions():
         bad[..., 2] = wrong
         with pytest.raises(AssertionError, match=r"^6 of 36 elements are too far"):
             assert_lse_close(bad, q, k, v, mask=mask, base=2, empty=np.inf)
+
+
+def test_plus_inf_for_an_empty_row_with_a_natural_log():
+    # A kernel that writes +inf for a row with no key, in a batch of two with an empty row in the second only,
+    # log base e: checked with empty=inf it passes, and the same rows holding -inf then fail; by default the
+    # other way round.
+    q, k, v = qkv(9, np.float32, B=2, H=1, L=5, S=4)
+    mask = np.ones((2, 1, 5, 4), bool)
+    mask[1, 0, 3] = False
+    _, lse = ar.scaled_dot_product_attention(q, k, v, mask=mask, return_lse=True)
+    lse = lse.astype(np.float32)
+    assert np.isneginf(lse[1, 0, 3]) and np.isfinite(np.delete(lse.ravel(), 8)).all()
+    plus = np.where(np.isneginf(lse), np.float32(np.inf), lse)
+    assert_lse_close(plus, q, k, v, mask=mask, empty=np.inf)
+    assert_lse_close(lse, q, k, v, mask=mask)
+    with pytest.raises(AssertionError, match=r"^1 of 10 elements are too far"):
+        assert_lse_close(lse, q, k, v, mask=mask, empty=np.inf)
+    with pytest.raises(AssertionError, match=r"^1 of 10 elements are too far"):
+        assert_lse_close(plus, q, k, v, mask=mask)
 
 
 @pytest.mark.parametrize(
