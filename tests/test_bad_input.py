@@ -774,7 +774,12 @@ def test_infinite_keys_values_and_inputs_do_not_warn():
 
 
 def test_merge_attention_with_an_infinite_lse_does_not_warn():
-    merge_attention([W2, W2], [np.array([np.inf, 0.0]), np.zeros(2)])
+    # Row 0 of the first part has an LSE of +inf (non-finite input): that row is NaN, without a warning (warnings
+    # are errors here); row 1 merges two equal halves as usual.
+    out, lse = merge_attention([W2, W2], [np.array([np.inf, 0.0]), np.zeros(2)])
+    assert np.isnan(out[0]).all() and np.isnan(lse[0])
+    np.testing.assert_array_equal(out[1], [0.5, 0.5])
+    np.testing.assert_allclose(lse[1], np.log(2.0), rtol=1e-15)
 
 
 # ---------------------------------------------------------------------------

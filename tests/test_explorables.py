@@ -276,6 +276,7 @@ def test_padding_batch_in_the_page(ex, chapter_page):
         assert shown["grids"]["added"] == _formatted(ar.softmax(np.where(mask[b], scores[b], -np.inf)))
         assert shown["grids"]["multiplied"] == _formatted(ar.softmax(scores[b] * mask[b]))
         assert shown["slots"]["status"].startswith(f"Sentence {b + 1},")
+    assert seen.errors == [] and seen.foreign == []
 
 
 @pytest.mark.browser
