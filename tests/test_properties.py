@@ -1,5 +1,8 @@
 """Property-based tests (hypothesis) for softmax, masks and scaled_dot_product_attention."""
 
+import os
+from contextlib import contextmanager
+
 import numpy as np
 import pytest
 from conftest import require
@@ -291,11 +294,68 @@ def test_low_precision_kernels_stay_within_the_checkers_rounding_budget(inputs, 
     chosen = {key: (val.astype(dtype) if isinstance(val, np.ndarray) else val)
               for key, val in data.draw(options(q.shape[0]), label="options").items()}
     if data.draw(st.booleans(), label="with bias"):
-        chosen["bias"] = data.draw(arrays((q.shape[-2], k.shape[-2]), st.floats(-30, 30)), label="bias").astype(dtype)
-    q, k, v = (a.astype(dtype) for a in (q, k, v))
+        size = data.draw(st.sampled_from([30.0, 3e4]), label="bias size")  # 3e4: near float16's largest, 65504
+        chosen["bias"] = data.draw(arrays((q.shape[-2], k.shape[-2]), st.floats(-size, size)), label="bias").astype(
+            dtype)
+    loud = data.draw(st.sampled_from([1.0, 10.0]), label="query size")  # 10: |scores| of hundreds, exp overflows
+    q, k, v = (a.astype(dtype) for a in (q * loud, k, v))
     dout = np.random.default_rng(q.size).standard_normal((*q.shape[:-1], v.shape[-1])).astype(dtype)
     block = data.draw(st.integers(1, 4), label="block")
     assert_attention_close(blockwise_attention(q, k, v, mask=mask, block_size=block, **chosen), q, k, v, mask=mask,
                            **chosen)
     grads = attention_backward(q, k, v, dout, mask=mask, block_size=block, **chosen)
     assert_attention_grads_close(grads, q, k, v, dout, mask=mask, **chosen)
+
+
+# --- large calls: the dense kernel's bound, one-task and threaded paths ---------------------------------------
+
+
+@contextmanager
+def threads(n):
+    """ATTENTION_REF_NUM_THREADS set to `n` for the calls inside (the kernel reads it on every call)."""
+    before = os.environ.get("ATTENTION_REF_NUM_THREADS")
+    os.environ["ATTENTION_REF_NUM_THREADS"] = str(n)
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["ATTENTION_REF_NUM_THREADS"]
+        else:
+            os.environ["ATTENTION_REF_NUM_THREADS"] = before
+
+
+@st.composite
+def large_problems(draw):
+    """Few values, many scores, broadcast. "one task": q (1, L, E) against k and v (H, S, E), past the kernel's
+    16,384 scores (below it the kernel always shifts) and small enough for one block of every head
+    (`_kernel._one_task`). "threaded": q (8, 1, L, E) against (1, 8, S, E), past 2^20 entries of work (below it
+    the threads are not used). Query sizes from tiny to |scores| of thousands: both sides of the bound
+    exp_limit (22 in float32, 177 in float64), in every head or in some heads only."""
+    path = draw(st.sampled_from(["one task", "threaded"]), label="path")
+    L, S = draw(st.integers(96, 160), label="L"), draw(st.integers(96, 160), label="S")
+    E, Ev = draw(st.sampled_from([2, 8, 16]), label="E"), draw(st.integers(1, 4), label="Ev")
+    H = draw(st.integers(2, 8), label="H") if path == "one task" else 8
+    q_batch, kv_batch = ((1,), (H,)) if path == "one task" else ((8, 1), (1, H))
+    gen = np.random.default_rng(draw(st.integers(0, 2**32 - 1), label="seed"))
+    q = gen.normal(size=(*q_batch, L, E)) * draw(st.sampled_from([0.05, 1.0, 5.0]), label="query size")
+    loud = draw(st.sampled_from([1.0, 10.0, 40.0]), label="loud")
+    k = gen.normal(size=(*kv_batch, S, E)) * gen.choice([1.0, loud], size=(*kv_batch, 1, 1))  # some heads loud
+    v = gen.normal(size=(*kv_batch, S, Ev))
+    return q, k, v
+
+
+@settings(max_examples=12)
+@given(large_problems(), st.sampled_from([np.float32, np.float64]), st.sampled_from([1, 2]), st.booleans())
+def test_large_broadcast_calls_equal_the_independent_formula(reference_attention, problem, dtype, n_threads,
+                                                             is_causal):
+    q, k, v = (a.astype(dtype) for a in problem)
+    with threads(n_threads):
+        out = scaled_dot_product_attention(q, k, v, is_causal=is_causal)
+    assert out.shape == (*np.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.shape[-2], v.shape[-1])
+    assert out.dtype == dtype
+    allowed = causal_mask(q.shape[-2], k.shape[-2]) if is_causal else None
+    want, _ = reference_attention(q, k, v, allowed=allowed)
+    # The scores carry about |score| eps of rounding into each weight's exponent, in the input's dtype.
+    scores = np.abs(q.astype(np.float64) @ np.swapaxes(k, -1, -2)).max() / np.sqrt(q.shape[-1])
+    tol = 16 * float(np.finfo(dtype).eps) * max(1.0, scores) * np.abs(v).max()
+    np.testing.assert_allclose(out, want, rtol=0, atol=tol)

@@ -27,15 +27,17 @@ from hypothesis import strategies as st
     Lq=st.integers(1, 3),
     is_causal=st.booleans(),
     extras=st.sets(st.sampled_from(["alibi_slopes", "sinks", "window", "softcap"])),
+    size=st.sampled_from([1e-3, 1.0, 30.0, 300.0]),  # of the slopes and sinks, either sign
     seed=st.integers(0, 2**32 - 1),
 )
-def test_any_page_order_and_size_gives_the_gathered_result(page_size, lengths, heads, Lq, is_causal, extras, seed):
+def test_any_page_order_and_size_gives_the_gathered_result(page_size, lengths, heads, Lq, is_causal, extras, size,
+                                                           seed):
     kv_lens = [{"zero": 0, "one": 1, "full": pages * page_size, "any": min(n, 3 * page_size)}[kind]
                for kind, pages, n in lengths]
     Hq, Hkv = heads
     options = {"is_causal": is_causal, "causal_alignment": "bottom-right", "enable_gqa": Hq != Hkv}
     rng = np.random.default_rng(seed)
-    options |= {name: rng.uniform(0.1, 1.0, Hq) for name in extras & {"alibi_slopes", "sinks"}}
+    options |= {name: size * rng.uniform(-1.0, 1.0, Hq) for name in extras & {"alibi_slopes", "sinks"}}
     options |= {"window": (3, 0)} if "window" in extras else {}
     options |= {"softcap": 2.0} if "softcap" in extras else {}
     clean = paged_problem(np.random.default_rng(seed), kv_lens, page_size=page_size, Lq=Lq, Hq=Hq, Hkv=Hkv)
@@ -46,10 +48,12 @@ def test_any_page_order_and_size_gives_the_gathered_result(page_size, lengths, h
     np.testing.assert_array_equal(out_nan, out)  # NaN in every unused slot: not one bit changes
     np.testing.assert_array_equal(lse_nan, lse)
     q, k_pages, v_pages, table, lens = clean
+    # |scores| up to |slope| times the longest distance, or a sink's size: the rounding of exp's argument scales
+    tol = 1e-13 * max(1.0, *(np.abs(options.get(n, 0.0)).max() * (max(kv_lens) + 1) for n in ("alibi_slopes", "sinks")))
     for b, n in enumerate(lens):
         want, want_lse = scaled_dot_product_attention(q[b], gathered(k_pages, table, b, n),
                                                       gathered(v_pages, table, b, n), return_lse=True, **options)
-        np.testing.assert_allclose(out[b], want, rtol=0, atol=1e-13)
-        np.testing.assert_allclose(lse[b], want_lse, rtol=0, atol=1e-13)
+        np.testing.assert_allclose(out[b], want, rtol=0, atol=tol)
+        np.testing.assert_allclose(lse[b], want_lse, rtol=0, atol=tol)
         if n == 0:
             assert np.all(out[b] == 0.0)
