@@ -38,13 +38,9 @@ import numpy as np
 from attention_ref import attention_backward, scaled_dot_product_attention
 from attention_ref._interop import to_numpy
 from attention_ref._validation import bfloat16_dtype, is_bfloat16
-from attention_ref.testing._checks import (
-    _EPS,
-    _errors,
-    _naive_attention,
-    _naive_backward,
-    _naive_forward,
-)
+from attention_ref.testing._baseline import _naive_attention, _naive_backward, _naive_forward
+from attention_ref.testing._rule import EPS as _EPS
+from attention_ref.testing._rule import errors as _errors
 
 DTYPES = ("float16", "bfloat16", "float32", "float64")
 KINDS = ("out", "lse", "dq", "dk", "dv")

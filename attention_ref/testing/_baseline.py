@@ -19,15 +19,25 @@ from ..flex import _tile_mask, _tile_score
 __all__: list[str] = []  # private module
 
 
-def _rounding(dtype: np.dtype):
-    """``(rnd, work)``: rounding of every step to `dtype`, computed in `work` (float32 for 16-bit dtypes)."""
+def _rounding(dtype: np.dtype, fused: bool = False):
+    """``(rnd, inner, work)``: rounding to `dtype`, the rounding of the inner steps, and the working dtype.
+
+    In float16 and bfloat16 every step is computed in float32 (``work``) and ``rnd`` rounds it to `dtype`.
+    The *inner* steps, the scores and the softmax, are rounded too in the textbook model, and kept in
+    float32 in the fused one (``fused=True``), as a tensor-core kernel keeps them; there only the inputs,
+    the weights before the product with the values, and the results are rounded. In float32 and float64
+    nothing rounds beyond the arithmetic itself.
+    """
     rounds = dtype.itemsize < 4  # float16, bfloat16: products accumulate in float32, each step is rounded
     work = np.dtype(np.float32) if rounds else dtype
 
     def rnd(x):
         return x.astype(dtype).astype(work) if rounds else x.astype(work, copy=False)
 
-    return rnd, work
+    def keep(x):
+        return x.astype(work, copy=False)
+
+    return rnd, (keep if fused else rnd), work
 
 
 def _naive_softmax(s, sinks, rnd, work):
@@ -55,67 +65,74 @@ def _naive_softmax(s, sinks, rnd, work):
     return weights, sink_weight, lse
 
 
-def _naive_forward(q, k, v, dtype: np.dtype, options: dict, intermediate=None):
-    """The textbook forward with every step rounded to `dtype`: ``(p, weights, capped, sink_weight, out, lse, kept)``.
+def _naive_forward(q, k, v, dtype: np.dtype, options: dict, intermediate=None, fused=True):
+    """The naive forward in `dtype`: ``(p, weights, capped, sink_weight, out, lse, kept, exact_weights)``.
 
-    ``capped`` is ``tanh(s / c)`` of the soft cap (None without one), ``sink_weight`` each row's weight on
-    its sink (None without sinks); ``out`` is not broadcast to the output's batch shape. ``lse`` (..., L) is
-    ``rd(m + rd(log Z))``, ``-inf`` for a row whose denominator is zero. With a dropout mask, ``kept`` is
-    ``keep / (1 - dropout_p)`` (..., L, S), which multiplies the weights before the product with the values
-    (``weights`` are those before dropout); None without one. An `intermediate` dtype (fp8) rounds the weights
-    once more before that product, FlashAttention 3's ``intermediate_dtype``.
+    The steps are rounded as `_rounding` says (`fused`: the scores and the softmax in float32).
+    ``weights`` are those multiplying the values (rounded to `dtype`, and to the `intermediate` dtype, fp8,
+    when given: FlashAttention 3's ``intermediate_dtype``); ``exact_weights`` those of the softmax before
+    that rounding. ``capped`` is ``tanh(s / c)`` of the soft cap (None without one), ``sink_weight`` each
+    row's weight on its sink (None without sinks); ``out`` is not broadcast to the output's batch shape.
+    ``lse`` (..., L) is ``m + log Z``, ``-inf`` for a row whose denominator is zero. With a dropout mask,
+    ``kept`` is ``keep / (1 - dropout_p)`` (..., L, S), which multiplies the weights before the product
+    with the values (``weights`` are those before dropout); None without one.
     """
-    rnd, work = _rounding(dtype)
+    rnd, inner, work = _rounding(dtype, fused)
     q, k, v = (as_real_array(a, name).astype(dtype) for a, name in ((q, "q"), (k, "k"), (v, "v")))
     p = prepare_attention(q, k, v, **options)  # the package's own masks, window, bias and ALiBi
     sinks = p.sinks
     capped = None
     with np.errstate(invalid="ignore", over="ignore"):  # overflow to inf and NaN are the baseline's own
-        s = rnd(p.q.astype(work) @ np.swapaxes(p.k.astype(work), -1, -2))  # (..., L, S)
-        s = rnd(s * work.type(p.scale))
+        s = inner(p.q.astype(work) @ np.swapaxes(p.k.astype(work), -1, -2))  # (..., L, S)
+        s = inner(s * work.type(p.scale))
         if p.softcap is not None:
             tanh = np.tanh(s / work.type(p.softcap))
-            s, capped = rnd(tanh * work.type(p.softcap)), rnd(tanh)
+            s, capped = inner(tanh * work.type(p.softcap)), inner(tanh)
         extra = p.additive()
         if extra is not None:
-            s = rnd(s + rnd(extra.astype(work)))
+            s = inner(s + rnd(extra.astype(work)))  # a bias is an input in the kernel's dtype
         if sinks is not None:
             sinks = rnd(np.asarray(sinks).astype(work))[..., None, None]
-        weights, sink_weight, lse = _naive_softmax(s, sinks, rnd, work)
+        exact, sink_weight, lse = _naive_softmax(s, sinks, inner, work)
+        weights = rnd(exact)
         if intermediate is not None:
             weights = weights.astype(intermediate).astype(work)
         kept = None
         if p.has_dropout:  # only with a given mask: the checkers take no generator
             kept = p.keep(weights.shape) * work.type(1.0 / (1.0 - p.dropout_p))  # (..., L, S)
         out = rnd((weights if kept is None else rnd(weights * kept)) @ p.v.astype(work))  # (..., L, Ev)
-    return p, weights, capped, sink_weight, out, lse, kept
+    return p, weights, capped, sink_weight, out, lse, kept, exact
 
 
-def _naive_attention(q, k, v, dtype: np.dtype, options: dict, intermediate=None) -> np.ndarray:
-    """The textbook formula with every step rounded to `dtype` (the baseline; see assert_attention_close)."""
-    p, _, _, _, out, _, _ = _naive_forward(q, k, v, dtype, options, intermediate)
+def _naive_attention(q, k, v, dtype: np.dtype, options: dict, intermediate=None, fused=True) -> np.ndarray:
+    """The naive formula in `dtype`, fused or textbook (the baseline; see assert_attention_close)."""
+    p, _, _, _, out, _, _, _ = _naive_forward(q, k, v, dtype, options, intermediate, fused)
     return np.broadcast_to(out, p.out_shape).astype(dtype)
 
 
-def _naive_backward(q, k, v, dout, dtype: np.dtype, options: dict) -> AttentionGrads:
-    """The textbook backward with every step rounded to `dtype` (the baseline of assert_attention_grads_close)."""
-    rnd, work = _rounding(dtype)
-    p, w, capped, sink_weight, out, _, kept = _naive_forward(q, k, v, dtype, options)
+def _naive_backward(q, k, v, dout, dtype: np.dtype, options: dict, fused=True) -> AttentionGrads:
+    """The naive backward in `dtype`, fused or textbook (the baseline of assert_attention_grads_close).
+
+    Fused, as FlashAttention-2's backward: ``dV = P^T dO`` with the rounded weights, ``dP``, ``D`` and
+    ``dS = P * (dP - D)`` in float32 from the exact weights, ``dS`` rounded before its two products.
+    """
+    rnd, inner, work = _rounding(dtype, fused)
+    p, w, capped, sink_weight, out, _, kept, exact = _naive_forward(q, k, v, dtype, options, fused=fused)
     do = rnd(as_real_array(dout, "dout").astype(work))
     with np.errstate(invalid="ignore", over="ignore"):
         dropped = w if kept is None else rnd(w * kept)
         dv = rnd(np.swapaxes(dropped, -1, -2) @ do)  # (..., S, Ev)
-        dp = rnd(do @ np.swapaxes(p.v.astype(work), -1, -2))  # (..., L, S)
+        dp = inner(do @ np.swapaxes(p.v.astype(work), -1, -2))  # (..., L, S)
         if kept is not None:
-            dp = rnd(dp * kept)  # the gradient reaching the weights before dropout
-        delta = rnd(np.sum(rnd(do * out), axis=-1))  # (..., L)
-        dx = rnd(w * rnd(dp - delta[..., None]))  # the bias's gradient
-        ds = dx if capped is None else rnd(dx * rnd(1 - rnd(capped * capped)))
+            dp = inner(dp * kept)  # the gradient reaching the weights before dropout
+        delta = inner(np.sum(inner(do * out), axis=-1))  # (..., L)
+        dx = inner(exact * inner(dp - delta[..., None]))  # the bias's gradient
+        ds = dx if capped is None else inner(dx * inner(1 - inner(capped * capped)))
+        ds = rnd(ds)  # the operand of the two products
         dq = rnd(rnd(ds @ p.k.astype(work)) * work.type(p.scale))
         dk = rnd(rnd(np.swapaxes(ds, -1, -2) @ p.q.astype(work)) * work.type(p.scale))
-        dsinks = None if sink_weight is None else rnd(-np.sum(rnd(sink_weight * delta), axis=-1))
-    return finish_grads(p, q, k, v, options, dq, dk, dv, dx, dsinks, dtype=dtype)
-
+        dsinks = None if sink_weight is None else rnd(-np.sum(inner(sink_weight * delta), axis=-1))
+    return finish_grads(p, q, k, v, options, dq, dk, dv, rnd(dx), dsinks, dtype=dtype)
 
 
 class NaiveFlex:
@@ -126,9 +143,9 @@ class NaiveFlex:
     each query head. The mods are evaluated once on the whole score matrix, in the working dtype.
     """
 
-    def __init__(self, q, k, v, dtype: np.dtype, flex):
-        rnd, work = _rounding(dtype)
-        self.rnd, self.work, self.flex = rnd, work, flex
+    def __init__(self, q, k, v, dtype: np.dtype, flex, fused=True):
+        rnd, inner, work = _rounding(dtype, fused)
+        self.rnd, self.inner, self.work, self.flex = rnd, inner, work, flex
         q, k, v = (as_real_array(a, name).astype(dtype) for a, name in ((q, "q"), (k, "k"), (v, "v")))
         B, H, L, S = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
         group = H // k.shape[1] if k.shape[1] else 1
@@ -138,30 +155,32 @@ class NaiveFlex:
                       np.arange(L).reshape(1, 1, -1, 1), np.arange(S).reshape(1, 1, 1, -1))
         self.shape, self.where = (B, H, L, S), "on the whole score matrix"
         with np.errstate(invalid="ignore", over="ignore"):  # overflow to inf and NaN are the baseline's own
-            s = rnd(q.astype(work) @ np.swapaxes(self.keys, -1, -2))  # (B, Hq, L, S)
-            self.raw = rnd(s * work.type(flex.scale))
+            s = inner(q.astype(work) @ np.swapaxes(self.keys, -1, -2))  # (B, Hq, L, S)
+            self.raw = inner(s * work.type(flex.scale))
             x = self.raw
             if flex.score_mod is not None:
-                x = rnd(_tile_score(flex.score_mod, self.raw.copy(), self.index, self.where).astype(work))
+                x = inner(_tile_score(flex.score_mod, self.raw.copy(), self.index, self.where).astype(work))
             if flex.mask_mod is not None:
                 x = np.where(_tile_mask(flex.mask_mod, self.index, self.shape, self.where), x, -np.inf)
             self.scores = x  # what the softmax sees
-            self.weights, _, self.lse = _naive_softmax(x, None, rnd, work)
+            self.exact, _, self.lse = _naive_softmax(x, None, inner, work)
+            self.weights = rnd(self.exact)  # what multiplies the values
             self.out = rnd(self.weights @ self.values)  # (B, Hq, L, Ev)
 
     def backward(self, dout) -> AttentionGrads:
         """The textbook backward of this problem in its dtype: ``(dq, dk, dv, None, None)``."""
-        rnd, work, w = self.rnd, self.work, self.weights
+        rnd, inner, work = self.rnd, self.inner, self.work
         do = rnd(as_real_array(dout, "dout").astype(work))
         scale = work.type(self.flex.scale)
         with np.errstate(invalid="ignore", over="ignore"):
-            dv = rnd(np.swapaxes(w, -1, -2) @ do)  # (B, Hq, S, Ev), per query head
-            dp = rnd(do @ np.swapaxes(self.values, -1, -2))  # (B, Hq, L, S)
-            delta = rnd(np.sum(rnd(do * self.out), axis=-1))  # (B, Hq, L)
-            ds = rnd(w * rnd(dp - delta[..., None]))
+            dv = rnd(np.swapaxes(self.weights, -1, -2) @ do)  # (B, Hq, S, Ev), per query head
+            dp = inner(do @ np.swapaxes(self.values, -1, -2))  # (B, Hq, L, S)
+            delta = inner(np.sum(inner(do * self.out), axis=-1))  # (B, Hq, L)
+            ds = inner(self.exact * inner(dp - delta[..., None]))
             if self.flex.score_mod is not None:
-                slope = rnd(np.broadcast_to(self.flex.derivative(self.raw, *self.index), ds.shape).astype(work))
-                ds = np.where(ds == 0, work.type(0), rnd(ds * slope))  # masked: 0, never 0 * inf
+                slope = inner(np.broadcast_to(self.flex.derivative(self.raw, *self.index), ds.shape).astype(work))
+                ds = np.where(ds == 0, work.type(0), inner(ds * slope))  # masked: 0, never 0 * inf
+            ds = rnd(ds)  # the operand of the two products
             dq = rnd(rnd(ds @ self.keys) * scale)
             dk = rnd(rnd(np.swapaxes(ds, -1, -2) @ self.q.astype(work)) * scale)  # (B, Hq, S, E)
 

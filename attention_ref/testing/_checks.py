@@ -8,8 +8,17 @@ from .._interop import to_numpy
 from .._validation import as_real_array
 from ..backward import AttentionGrads, _sum_groups, _sum_to
 from ._baseline import _naive_attention, _naive_backward  # noqa: F401  (the tests read the baselines here)
-from ._problem import Problem, check_empty_rows, empty_expected, output_array
-from ._rule import ATOL_UNITS, ATOL_UNITS_GRAD, ATOL_UNITS_LSE, check_tolerances, compare, judged_dtype, widened_hint
+from ._problem import Problem, check_empty_rows, empty_expected, is_fused, output_array
+from ._rule import (
+    ATOL_UNITS,
+    ATOL_UNITS_GRAD,
+    ATOL_UNITS_LSE,
+    check_tolerances,
+    compare,
+    judged_dtype,
+    textbook_hint,
+    widened_hint,
+)
 from ._rule import EPS as _EPS  # noqa: F401  (the tests read the machine epsilons here)
 
 __all__ = ["assert_attention_close", "assert_attention_grads_close", "assert_lse_close"]
@@ -18,7 +27,8 @@ __all__ = ["assert_attention_close", "assert_attention_grads_close", "assert_lse
 _LOG_BASES = {"e": 1.0, 2: 1.0 / np.log(2.0)}
 
 
-def assert_attention_close(actual, q, k, v, *, factor=2.0, atol=None, dtype=None, empty_rows="zeros", **options):
+def assert_attention_close(actual, q, k, v, *, factor=2.0, atol=None, dtype=None, empty_rows="zeros",
+                           baseline="fused", **options):
     r"""Assert that a kernel's attention output is as accurate as its dtype allows.
 
     Passes when every element of `actual` is within ``factor`` times the
@@ -210,13 +220,13 @@ def assert_attention_close(actual, q, k, v, *, factor=2.0, atol=None, dtype=None
     >>> assert_attention_close(wrong, q, k, v, is_causal=True)
     Traceback (most recent call last):
     ...
-    AssertionError: 225 of 256 elements are too far from the float64 reference
-    allowed: factor * (naive float16 baseline's largest error) + atol = 2 * 0.000996 + 0.00224 = 0.00423
+    AssertionError: 236 of 256 elements are too far from the float64 reference
+    allowed: factor * (naive float16 baseline's largest error) + atol = 2 * 0.000769 + 0.00028 = 0.00182
     largest error 3.21 at index (0, 0, 6): actual 1.49512, reference -1.71387, baseline's error there 0
-    ratio to the baseline's largest error: 3.22e+03
+    ratio to the baseline's largest error: 4.17e+03
     where they are:
-    head 0: rows 0-14 (109 elements)
-    head 1: rows 0-14 (116 elements)
+    head 0: rows 0-14 (117 elements)
+    head 1: rows 0-14 (119 elements)
 
     A float16 kernel's output widened to float32 is judged as a float32
     kernel and fails, with a note; ``dtype=`` judges it in float16:
@@ -237,34 +247,43 @@ def assert_attention_close(actual, q, k, v, *, factor=2.0, atol=None, dtype=None
     and its output was widened (out.float()), pass dtype='float16' to judge it in that precision
     """
     check = Problem(q, k, v, options, "assert_attention_close")
-    failure = output_failure(actual, check, factor=factor, atol=atol, dtype=dtype, empty_rows=empty_rows)
+    failure = output_failure(actual, check, factor=factor, atol=atol, dtype=dtype, empty_rows=empty_rows,
+                             baseline=baseline)
     if failure:
         raise AssertionError(failure)
 
 
-def output_failure(actual, check: Problem, *, factor, atol, dtype, empty_rows, what: str = "") -> str:
+def output_failure(actual, check: Problem, *, factor, atol, dtype, empty_rows, baseline, what: str = "") -> str:
     """The failure message of `assert_attention_close` for `check`, or ""."""
     actual = output_array(actual)
     factor, atol = check_tolerances(factor, atol)
     judged = judged_dtype(actual, dtype)
     empty_rows = check_empty_rows(empty_rows)
+    fused = is_fused(baseline)
     reference, lse = check.reference(lse=True)
     if actual.shape != reference.shape:
         raise ValueError(
             f"actual must have the shape of the attention output of q, k and v, {reference.shape}; "
             f"got {actual.shape}"
         )
-    baseline = np.broadcast_to(check.naive_output(judged), reference.shape)
     empty = np.broadcast_to(lse == -np.inf, reference.shape[:-1])  # (..., L): no allowed key (nor sink)
-    reference, baseline, skip = empty_expected(reference, baseline, empty, empty_rows,
-                                               check.values_mean() if empty_rows == "mean" else None)
-    return compare(actual, reference, baseline, factor=factor, atol=atol, units=ATOL_UNITS, dtype=judged,
-                   what=what, skip=skip, empty=empty, widened=widened_hint(actual, dtype, check.inputs),
-                   magnitude=check.score_magnitude)
+    mean = check.values_mean() if empty_rows == "mean" else None
+
+    def failure(fused: bool, hint: str = "") -> str:
+        naive = np.broadcast_to(check.naive_output(judged, fused), reference.shape)
+        want, naive, skip = empty_expected(reference, naive, empty, empty_rows, mean)
+        return compare(actual, want, naive, factor=factor, atol=atol, units=ATOL_UNITS, dtype=judged, what=what,
+                       skip=skip, empty=empty, widened=hint or widened_hint(actual, dtype, check.inputs),
+                       magnitude=check.score_magnitude)
+
+    found = failure(fused)
+    if found and fused and judged.itemsize < 4 and not failure(False, "-"):
+        found += "\n" + textbook_hint(judged)
+    return found
 
 
 def assert_lse_close(actual_lse, q, k, v, *, base="e", empty=-np.inf, factor=2.0, atol=None, dtype=None,
-                     empty_rows="zeros", **options):
+                     empty_rows="zeros", baseline="fused", **options):
     r"""Assert that a kernel's log-sum-exp is as accurate as a float32 computation of it.
 
     Attention kernels return each query row's log-sum-exp, the logarithm of
@@ -370,7 +389,7 @@ def assert_lse_close(actual_lse, q, k, v, *, base="e", empty=-np.inf, factor=2.0
     Traceback (most recent call last):
     ...
     AssertionError: 32 of 32 elements are too far from the float64 reference
-    allowed: factor * (naive float32 baseline's largest error) + atol = 2 * 3.27e-07 + 1.04e-05 = 1.11e-05
+    allowed: factor * (naive float32 baseline's largest error) + atol = 2 * 3.27e-07 + 2.61e-06 = 3.26e-06
     largest error 2.42 at index (1, 13): actual 7.88563, reference 5.4659, baseline's error there 4.43e-08
     ratio to the baseline's largest error: 7.4e+06
     where they are:
@@ -392,7 +411,7 @@ def assert_lse_close(actual_lse, q, k, v, *, base="e", empty=-np.inf, factor=2.0
             f"actual_lse must have the shape of the output's rows (its shape without the last axis), "
             f"{reference.shape}; got {actual.shape}"
         )
-    baseline = np.broadcast_to(check.naive_lse(judged), reference.shape).astype(np.float64)
+    baseline = np.broadcast_to(check.naive_lse(judged, is_fused(baseline)), reference.shape).astype(np.float64)
     per_nat = _LOG_BASES[base]  # 1 / log(base)
     no_key = reference == -np.inf
     expected = {"zeros": float(empty), "nan": np.nan}.get(empty_rows, float(empty))
@@ -400,13 +419,14 @@ def assert_lse_close(actual_lse, q, k, v, *, base="e", empty=-np.inf, factor=2.0
     skip = no_key if empty_rows in ("mean", "any") else None
     failure = compare(actual, reference, baseline, factor=factor, atol=atol, units=ATOL_UNITS_LSE,
                       dtype=judged_dtype(actual, dtype), baseline_name=None if dtype is not None else "float32",
-                      skip=skip, empty=no_key, rows_last=True)
+                      skip=skip, empty=no_key, rows_last=True, eps_dtype=judged if dtype is not None else
+                      check.input_dtype())
     if failure:
         raise AssertionError(failure)
 
 
 def assert_attention_grads_close(actual, q, k, v, dout, *, factor=2.0, atol=None, dtype=None, empty_rows="zeros",
-                                 **options):
+                                 baseline="fused", **options):
     r"""Assert that a kernel's attention gradients are as accurate as their dtype allows.
 
     The backward counterpart of `assert_attention_close`, by the same rule
@@ -530,27 +550,27 @@ def assert_attention_grads_close(actual, q, k, v, dout, *, factor=2.0, atol=None
     >>> assert_attention_grads_close(uncapped, q, k, v, dout, softcap=1.0)
     Traceback (most recent call last):
     ...
-    AssertionError: dq: 255 of 256 elements are too far from the float64 reference
-    allowed: factor * (naive float16 baseline's largest error) + atol = 2 * 0.000595 + 0.000582 = 0.00177
+    AssertionError: dq: 256 of 256 elements are too far from the float64 reference
+    allowed: factor * (naive float16 baseline's largest error) + atol = 2 * 0.000222 + 0.000437 = 0.000882
     largest error 1.2 at index (1, 10, 4): actual 1.3252, reference 0.124797, baseline's error there 1.99e-05
-    ratio to the baseline's largest error: 2.02e+03
+    ratio to the baseline's largest error: 5.4e+03
     where they are:
-    head 0: rows 0-15 (127 elements)
+    head 0: rows 0-15 (128 elements)
     head 1: rows 0-15 (128 elements)
-    dk: 250 of 256 elements are too far from the float64 reference
-    allowed: factor * (naive float16 baseline's largest error) + atol = 2 * 0.00052 + 0.000537 = 0.00158
-    largest error 1.24 at index (1, 2, 2): actual -1.48535, reference -0.24819, baseline's error there 0.000101
-    ratio to the baseline's largest error: 2.38e+03
+    dk: 253 of 256 elements are too far from the float64 reference
+    allowed: factor * (naive float16 baseline's largest error) + atol = 2 * 0.000244 + 0.000437 = 0.000925
+    largest error 1.24 at index (1, 2, 2): actual -1.48535, reference -0.24819, baseline's error there 0.000143
+    ratio to the baseline's largest error: 5.08e+03
+    where they are:
+    head 0: rows 0-15 (125 elements)
+    head 1: rows 0-15 (128 elements)
+    dv: 250 of 256 elements are too far from the float64 reference
+    allowed: factor * (naive float16 baseline's largest error) + atol = 2 * 0.000347 + 0.000437 = 0.00113
+    largest error 0.834 at index (0, 3, 5): actual -1.5, reference -0.665751, baseline's error there 0.000224
+    ratio to the baseline's largest error: 2.4e+03
     where they are:
     head 0: rows 0-15 (124 elements)
     head 1: rows 0-15 (126 elements)
-    dv: 248 of 256 elements are too far from the float64 reference
-    allowed: factor * (naive float16 baseline's largest error) + atol = 2 * 0.000387 + 0.000875 = 0.00165
-    largest error 0.834 at index (0, 3, 5): actual -1.5, reference -0.665751, baseline's error there 0.000264
-    ratio to the baseline's largest error: 2.15e+03
-    where they are:
-    head 0: rows 0-15 (123 elements)
-    head 1: rows 0-15 (125 elements)
     """
     check = Problem(q, k, v, options, "assert_attention_grads_close")
     if isinstance(actual, np.ndarray) or not isinstance(actual, (tuple, list)) or not 3 <= len(actual) <= 5:
@@ -560,11 +580,13 @@ def assert_attention_grads_close(actual, q, k, v, dout, *, factor=2.0, atol=None
         )
     factor, atol = check_tolerances(factor, atol)
     empty_rows = check_empty_rows(empty_rows)
+    fused = is_fused(baseline)
     given = dict(zip(AttentionGrads._fields[: len(actual)], actual, strict=True))
     dout = to_numpy(dout, "dout")
     reference = check.reference_grads(as_real_array(dout, "dout").astype(np.float64))
     lse = check.reference_lse()
     empty = lse == -np.inf  # (..., L): rows with no allowed key (nor sink)
+    scale = max(float(np.max(np.abs(g[np.isfinite(g)]), initial=0.0)) for g in reference[:3])  # dq, dk, dv
     failures = []
     for field, grad in given.items():
         if grad is None:
@@ -576,11 +598,12 @@ def assert_attention_grads_close(actual, q, k, v, dout, *, factor=2.0, atol=None
         if grad.shape != want.shape:
             raise ValueError(f"actual.{field} must have the shape of {field[1:]}, {want.shape}; got {grad.shape}")
         judged = judged_dtype(grad, dtype)
-        baseline = getattr(check.naive_grads(dout, judged), field).astype(np.float64)
-        want, baseline, skip, rows = _empty_grads(field, want, baseline, empty, empty_rows, check, dout)
-        failures.append(compare(grad, want, baseline, factor=factor, atol=atol, units=ATOL_UNITS_GRAD,
+        naive = getattr(check.naive_grads(dout, judged, fused), field).astype(np.float64)
+        want, naive, skip, rows = _empty_grads(field, want, naive, empty, empty_rows, check, dout)
+        failures.append(compare(grad, want, naive, factor=factor, atol=atol, units=ATOL_UNITS_GRAD,
                                 dtype=judged, what=f"{field}: ", skip=skip, empty=rows,
-                                widened=widened_hint(grad, dtype, check.inputs), magnitude=check.score_magnitude))
+                                widened=widened_hint(grad, dtype, check.inputs), magnitude=check.score_magnitude,
+                                scale=scale if field in ("dq", "dk", "dv") else None))
     failures = [f for f in failures if f]
     if failures:
         raise AssertionError("\n".join(failures))

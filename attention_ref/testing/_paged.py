@@ -24,7 +24,7 @@ def _per_sequence(options: dict, b: int) -> dict:
 
 def assert_paged_attention_close(actual, q, k_pages, v_pages, block_table, kv_lens, *, layout="HND",
                                  cu_seqlens_q=None, factor=2.0, atol=None, dtype=None, empty_rows="zeros",
-                                 **options):
+                                 baseline="fused", **options):
     r"""Assert that a paged-cache kernel's output is as accurate as its dtype allows.
 
     The check of `assert_attention_close`, applied to each sequence of a
@@ -52,7 +52,7 @@ def assert_paged_attention_close(actual, q, k_pages, v_pages, block_table, kv_le
         ``"NHD"``: positions before heads (vLLM, FlashInfer's other).
     cu_seqlens_q : array_like of int, shape (B + 1,), optional
         Cumulative query offsets of packed queries.
-    factor, atol, dtype, empty_rows
+    factor, atol, dtype, empty_rows, baseline
         As `assert_attention_close`, for each sequence.
     **options
         The options of `attention_ref.paged_attention` (``is_causal``,
@@ -103,9 +103,9 @@ def assert_paged_attention_close(actual, q, k_pages, v_pages, block_table, kv_le
     Traceback (most recent call last):
     ...
     AssertionError: sequence 1: 16 of 16 elements are too far from the float64 reference
-    allowed: factor * (naive float16 baseline's largest error) + atol = 2 * 0.00121 + 0.00308 = 0.0055
-    largest error 1.2 at index (0, 0, 6): actual -0.438477, reference 0.76179, baseline's error there 0.000417
-    ratio to the baseline's largest error: 994
+    allowed: factor * (naive float16 baseline's largest error) + atol = 2 * 0.000746 + 0.000385 = 0.00188
+    largest error 1.2 at index (0, 0, 6): actual -0.438477, reference 0.76179, baseline's error there 7.1e-05
+    ratio to the baseline's largest error: 1.61e+03
     where they are:
     head 0: row 0 (8 elements)
     head 1: row 0 (8 elements)
@@ -122,7 +122,7 @@ def assert_paged_attention_close(actual, q, k_pages, v_pages, block_table, kv_le
         k_b, v_b = _gather(k_pages, pages, int(length)), _gather(v_pages, pages, int(length))
         check = Problem(q[index], k_b, v_b, _per_sequence(options, b), "assert_paged_attention_close")
         failures.append(output_failure(actual[index], check, factor=factor, atol=atol, dtype=dtype,
-                                       empty_rows=empty_rows, what=f"sequence {b}: "))
+                                       empty_rows=empty_rows, baseline=baseline, what=f"sequence {b}: "))
     failures = [f for f in failures if f]
     if failures:
         raise AssertionError("\n".join(failures))

@@ -13,11 +13,11 @@ import numpy as np
 
 from .._interop import to_numpy
 from .._options import DROPOUT, OPTIONS
-from .._validation import as_real_array, is_fp8
+from .._validation import as_real_array, is_fp8, result_dtype
 from ..attention import _scores, prepare_attention, scaled_dot_product_attention
 from ..backward import AttentionGrads, attention_backward
 from ..flex import _autograd_derivative, _is_torch_mod, block_mask_to_dense, flex_attention, flex_attention_backward
-from ..fp8 import dequantize_inputs
+from ..fp8 import dequantize_inputs, fp8_output_dtype
 from ._baseline import NaiveFlex, _naive_attention, _naive_backward, _naive_forward
 
 __all__: list[str] = []  # private module
@@ -34,6 +34,18 @@ _FLEX_OPTIONS = ("scale", "enable_gqa")
 #: What a kernel may return for a row with no allowed key: the package's zeros, the mean of the values
 #: (JAX, Hugging Face eager), NaN (PyTorch's math path, nn.MultiheadAttention), or anything (not checked).
 EMPTY_ROWS = ("zeros", "mean", "nan", "any")
+
+
+#: The baselines: the scores and the softmax in float32 and the weights rounded before the product with the
+#: values, as tensor-core kernels compute ("fused"), or every step rounded to the kernel's dtype ("textbook").
+BASELINES = ("fused", "textbook")
+
+
+def is_fused(baseline) -> bool:
+    """Whether `baseline` names the fused model; a ValueError unless it is "fused" or "textbook"."""
+    if not isinstance(baseline, str) or baseline not in BASELINES:
+        raise ValueError(f"baseline must be 'fused' or 'textbook'; got {baseline!r}")
+    return baseline == "fused"
 
 
 def check_empty_rows(empty_rows) -> str:
@@ -175,6 +187,12 @@ class Problem:
     def inputs(self) -> tuple[np.ndarray, ...]:
         return self.q, self.k, self.v
 
+    def input_dtype(self) -> np.dtype:
+        """The precision of the scores: the promoted dtype of `q` and `k` (bfloat16 for fp8 inputs)."""
+        q, k = (fp8_output_dtype() if is_fp8(a.dtype) else as_real_array(a, n).dtype
+                for a, n in ((self.q, "q"), (self.k, "k")))
+        return result_dtype(np.zeros(0, q), np.zeros(0, k))[0]
+
     # --- the float64 reference ----------------------------------------------------------------------
 
     def reference(self, lse: bool = False):
@@ -203,24 +221,24 @@ class Problem:
 
     # --- the naive baseline -------------------------------------------------------------------------
 
-    def naive_output(self, dtype: np.dtype) -> np.ndarray:
+    def naive_output(self, dtype: np.dtype, fused: bool) -> np.ndarray:
         if self.flex is not None:
-            return NaiveFlex(self.q, self.k, self.v, dtype, self.flex).out.astype(dtype)
+            return NaiveFlex(self.q, self.k, self.v, dtype, self.flex, fused).out.astype(dtype)
         if self.fp8 is None:
-            return _naive_attention(self.q, self.k, self.v, dtype, self.options)
+            return _naive_attention(self.q, self.k, self.v, dtype, self.options, fused=fused)
         # FlashAttention 3's: the dequantized inputs in the output's dtype, the weights rounded to fp8
-        return _naive_attention(self.q64, self.k64, self.v64, dtype, self.plain, intermediate=self.fp8)
+        return _naive_attention(self.q64, self.k64, self.v64, dtype, self.plain, intermediate=self.fp8, fused=fused)
 
-    def naive_lse(self, dtype: np.dtype) -> np.ndarray:
+    def naive_lse(self, dtype: np.dtype, fused: bool) -> np.ndarray:
         if self.flex is not None:
-            return NaiveFlex(self.q64, self.k64, self.v64, dtype, self.flex).lse
+            return NaiveFlex(self.q64, self.k64, self.v64, dtype, self.flex, fused).lse
         plain = {name: value for name, value in self.plain.items() if name not in DROPOUT}
-        return _naive_forward(self.q64, self.k64, self.v64, dtype, plain)[5]
+        return _naive_forward(self.q64, self.k64, self.v64, dtype, plain, fused=fused)[5]
 
-    def naive_grads(self, dout, dtype: np.dtype) -> AttentionGrads:
+    def naive_grads(self, dout, dtype: np.dtype, fused: bool) -> AttentionGrads:
         if self.flex is not None:
-            return NaiveFlex(self.q, self.k, self.v, dtype, self.flex).backward(dout)
-        return _naive_backward(self.q, self.k, self.v, dout, dtype, self.options)
+            return NaiveFlex(self.q, self.k, self.v, dtype, self.flex, fused).backward(dout)
+        return _naive_backward(self.q, self.k, self.v, dout, dtype, self.options, fused=fused)
 
     def score_magnitude(self) -> float:
         """The largest magnitude of the scores the softmax sees (finite ones), at least 1.
