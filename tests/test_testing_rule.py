@@ -146,3 +146,61 @@ def test_the_gradients_take_dtype_too():
     text = message(assert_attention_grads_close, wide, q, k, v, dout)
     assert "pass dtype='float16'" in text
     assert_attention_grads_close(wide, q, k, v, dout, dtype="float16")
+
+
+# --------------------------------------------------------------------------------- the baselines
+
+
+def test_the_docstrings_table_is_the_default_atol():
+    from fractions import Fraction
+
+    from attention_ref.testing._rule import ATOL_UNITS, ATOL_UNITS_GRAD, ATOL_UNITS_LSE
+
+    doc = assert_attention_close.__doc__
+    rows = re.findall(r"^\s+(float16|bfloat16|float32|float64)\s+:math:`[^`]+`\s+(\S+)\s+(\S+)\s+(\S+)\s*$", doc,
+                      re.MULTILINE)
+    assert len(rows) == 4
+    for name, out, lse, grads in rows:
+        assert [float(Fraction(x)) for x in (out, lse, grads)] == [
+            ATOL_UNITS[name], ATOL_UNITS_LSE[name], ATOL_UNITS_GRAD[name]], name
+
+
+def eager_bfloat16(q, k, v):
+    """Eager code in bfloat16: the scores rounded to bfloat16 before a float32 softmax, as HF's eager path."""
+    bf16 = q.dtype
+    scores = (q.astype(np.float32) @ np.swapaxes(k.astype(np.float32), -1, -2)).astype(bf16).astype(np.float32)
+    scores = (scores / np.float32(np.sqrt(q.shape[-1]))).astype(bf16).astype(np.float32)
+    weights = ar.softmax(scores, axis=-1).astype(bf16).astype(np.float32)
+    return (weights @ v.astype(np.float32)).astype(bf16)
+
+
+def test_a_kernel_rounding_its_scores_is_told_about_the_textbook_baseline():
+    bf16 = np.dtype(require("ml_dtypes").bfloat16)
+    for seed in range(20):  # the first case where the fused baseline rejects the eager kernel
+        q, k, v = qkv(seed, shape=(1, 2, 64, 64), dtype=bf16)
+        q = (q.astype(np.float32) * 3).astype(bf16)  # scores of order ten: their bfloat16 rounding shows
+        out = eager_bfloat16(q, k, v)
+        try:
+            assert_attention_close(out, q, k, v)
+        except AssertionError as exc:
+            assert "note: the check passes with baseline='textbook'" in str(exc)
+            assert_attention_close(out, q, k, v, baseline="textbook")
+            return
+    pytest.fail("no case told the two baselines apart")
+
+
+def test_the_fused_baseline_catches_a_two_percent_scale_error_in_bfloat16():
+    bf16 = np.dtype(require("ml_dtypes").bfloat16)
+    q, k, v = qkv(7, shape=(1, 4, 64, 64), dtype=bf16)
+    right = ar.blockwise_attention(q, k, v, is_causal=True, block_size=16)
+    wrong = ar.blockwise_attention(q, k, v, is_causal=True, block_size=16, scale=1.02 / 8)
+    assert_attention_close(right, q, k, v, is_causal=True)
+    with pytest.raises(AssertionError):
+        assert_attention_close(wrong, q, k, v, is_causal=True)
+
+
+@pytest.mark.parametrize("bad", ["Fused", "exact", None, 1])
+def test_an_unknown_baseline_is_a_value_error_naming_it(bad):
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match=r"^baseline must be 'fused' or 'textbook'; got"):
+        assert_attention_close(ar.scaled_dot_product_attention(q, k, v), q, k, v, baseline=bad)

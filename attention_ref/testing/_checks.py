@@ -143,57 +143,69 @@ def assert_attention_close(actual, q, k, v, *, factor=2.0, atol=None, dtype=None
     are finite. Where :math:`R` is not finite (non-finite input),
     :math:`A` must hold the same value (NaN where :math:`R` is NaN).
 
-    The baseline :math:`N` is the textbook formula with every step rounded
-    to the dtype :math:`D` of `actual`, :math:`\mathrm{rd}` below. For
-    float16 and bfloat16 each step is computed in float32 and then rounded,
-    and the two matrix products accumulate in float32, as a kernel's
-    tensor-core products do; in float32 and float64 everything is computed
-    in that dtype:
+    The baseline :math:`N` is the naive formula in the dtype :math:`D`
+    judged (that of `actual`, or `dtype`), :math:`\mathrm{rd}` rounding to
+    it. For float16 and bfloat16 every step is computed in float32 and the
+    two matrix products accumulate in float32, as tensor-core products do;
+    in float32 and float64 everything is computed in that dtype and
+    :math:`\mathrm{rd}` changes nothing. With ``baseline="fused"`` (the
+    default) the scores and the softmax stay in float32, as FlashAttention,
+    cuDNN, PyTorch's fused kernels, JAX and FlexAttention keep them; with
+    ``baseline="textbook"`` every step marked :math:`\mathrm{rd}_t` below is
+    rounded to :math:`D` too, as eager code that multiplies in :math:`D`
+    does (Hugging Face's eager attention, FlashAttention's test reference
+    with ``upcast=False``):
 
     1. :math:`q, k, v` rounded to :math:`D` (grouped-query heads repeated);
-    2. :math:`s = \mathrm{rd}(\mathrm{rd}(q k^\top) \cdot \sigma)`, with
-       the soft cap :math:`\mathrm{rd}(c \tanh(s / c))` if ``softcap`` is
-       given;
-    3. :math:`s = \mathrm{rd}(s + \mathrm{rd}(B))` with :math:`B` the
+    2. :math:`s = \mathrm{rd}_t(\mathrm{rd}_t(q k^\top) \cdot \sigma)`,
+       with the soft cap :math:`\mathrm{rd}_t(c \tanh(s / c))` if
+       ``softcap`` is given (or the ``score_mod`` of a FlexAttention
+       variant, then its ``mask_mod``);
+    3. :math:`s = \mathrm{rd}_t(s + \mathrm{rd}(B))` with :math:`B` the
        package's own additive term for `options` (bias, ALiBi, and 0 /
        :math:`-\infty` for masks, causality and windows);
-    4. :math:`m = \max_j s_j` (and the sink), :math:`e = \mathrm{rd}(\exp
-       \mathrm{rd}(s - m))`, :math:`Z = \mathrm{rd}(\sum_j e_j)` (plus
-       :math:`\mathrm{rd}(e^{\mathrm{sink} - m})`), :math:`w =
-       \mathrm{rd}(e / Z)`; rows with no allowed key are zeros;
+    4. :math:`m = \max_j s_j` (and the sink), :math:`e = \mathrm{rd}_t(\exp
+       \mathrm{rd}_t(s - m))`, :math:`Z = \mathrm{rd}_t(\sum_j e_j)` (plus
+       the sink's term), :math:`w = \mathrm{rd}(\mathrm{rd}_t(e / Z))`;
+       rows with no allowed key are zeros;
     5. :math:`N = \mathrm{rd}(w v)`.
 
     fp8 input (with ``q_descale``, ``k_descale``, ``v_descale``) is checked
     as FlashAttention 3's tests check it (``hopper/test_flash_attn.py``,
     whose ``attention_ref`` in ``hopper/test_util.py`` is called with
-    ``upcast=False`` and ``intermediate_dtype`` the fp8 dtype): :math:`R`
-    is the attention of the dequantized arrays, and :math:`N` runs the
-    steps above in the dtype of `actual` (bfloat16 for an fp8 kernel) on
-    the dequantized arrays, with the weights :math:`w` rounded to the fp8
-    format once more before step 5.
+    ``intermediate_dtype`` the fp8 dtype): :math:`R` is the attention of
+    the dequantized arrays, and :math:`N` runs the steps above in the dtype
+    of `actual` (bfloat16 for an fp8 kernel) on the dequantized arrays,
+    with the weights :math:`w` rounded to the fp8 format once more before
+    step 5.
 
     The bound uses the baseline's *largest* error, not its error element
     by element: at a single element the baseline can land on the rounded
     reference by luck, and a correct kernel would then fail there.
 
-    Default `atol`, with :math:`\epsilon` the machine epsilon of :math:`D`:
+    The default `atol` is :math:`u\, \epsilon \max|R|` with :math:`\epsilon`
+    the machine epsilon of :math:`D` and :math:`u` from the table: twice
+    the most that correct kernels (PyTorch's CPU attention and JAX's, 200
+    cases a dtype, ``benchmarks/sensitivity.py``) needed, rounded up to a
+    power of two. For the log-sum-exp, :math:`\epsilon` is that of the
+    kernel's inputs (a float32 log-sum-exp of bfloat16 inputs is as exact
+    as their scores), for the gradients :math:`\max|R|` runs over
+    ``dq``, ``dk`` and ``dv`` together, and in float64, whose reference is
+    no more precise than the kernel, :math:`u` is multiplied by the
+    largest score magnitude (at least 1):
 
-    ========  ======================  ================================
-    dtype     :math:`\epsilon`        default `atol`
-    ========  ======================  ================================
-    float16   :math:`2^{-10}`         :math:`\epsilon \max|R|`
-    bfloat16  :math:`2^{-7}`          :math:`\epsilon \max|R|`
-    float32   :math:`2^{-23}`         :math:`16\,\epsilon \max|R|`
-    float64   :math:`2^{-52}`         :math:`16\,\epsilon \max|R|`
-    ========  ======================  ================================
+    ========  =================  ==========  ===============  ===========
+    dtype     :math:`\epsilon`   output      log-sum-exp      gradients
+    ========  =================  ==========  ===============  ===========
+    float16   :math:`2^{-10}`    1/8         1                1/2
+    bfloat16  :math:`2^{-7}`     1/8         1                1/2
+    float32   :math:`2^{-23}`    16          4                128
+    float64   :math:`2^{-52}`    8           1/8              128
+    ========  =================  ==========  ===============  ===========
 
-    In 16-bit dtypes the baseline's error dominates and `atol` only covers
-    the rounding of the output itself. In float32 the baseline is as
-    precise as a good kernel, which may then reach a little over twice its
-    error (a long sequential sum over key blocks); in float64 the reference
-    is no more precise than the kernel, so `atol` does most of the work
-    there. Either way a wrong scale by 0.1 %, a misplaced mask or a
-    16-bit accumulator in a float32 kernel is thousands of times larger.
+    With these defaults a scale wrong by 2 % fails in bfloat16, 0.5 % in
+    float16 and 0.1 % in float32 on every such case in which the scale
+    matters (a row with one allowed key does not depend on it).
 
     References
     ----------
