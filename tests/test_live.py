@@ -162,7 +162,7 @@ def test_a_reader_edits_and_runs_chapter_1(browser, live):
         assert seen.foreign == [] and seen.errors == [] and seen.bad_responses == []
         button = page.get_by_role("button", name="Live code", exact=True)
         assert button.count() == 1
-        assert not [url for url in asked if "_live/" in url or live.kernel_url in url]
+        assert not [url for url in asked if "_live/" in url]
 
         start = time.monotonic()
         button.click()
@@ -342,9 +342,66 @@ class _FakeBinder(http.server.BaseHTTPRequestHandler):
         pass
 
 
+class _JupyterOverTCP(threading.Thread):
+    """A Jupyter server as Binder offers one, on a TCP port of 127.0.0.1: each connection passed on to the live
+    kernel server's Unix socket, with a WebSocket's ``?token=`` (which that server never reads) moved into the
+    ``Authorization`` header."""
+
+    def __init__(self, live):
+        super().__init__(daemon=True)
+        self.live = live
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}/"
+
+    def run(self):
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self.forward, args=(client,), daemon=True).start()
+
+    def forward(self, client):
+        import selectors
+
+        upstream = socket.socket(socket.AF_UNIX)
+        try:
+            upstream.connect(str(self.live.kernel_socket))
+            head = b""
+            while b"\r\n\r\n" not in head:
+                chunk = client.recv(65536)
+                if not chunk:
+                    return
+                head += chunk
+            line, _, rest = head.partition(b"\r\n")
+            token = re.search(rb"[?&]token=([\w-]+)", line)
+            if token:
+                line = line.replace(b"token=" + token.group(1), b"") + b"\r\nAuthorization: token " + token.group(1)
+            upstream.sendall(line + b"\r\n" + rest)
+            with selectors.DefaultSelector() as selector:
+                selector.register(client, selectors.EVENT_READ, upstream)
+                selector.register(upstream, selectors.EVENT_READ, client)
+                while True:
+                    for found, _ in selector.select():
+                        data = found.fileobj.recv(65536)
+                        if not data:
+                            return
+                        found.data.sendall(data)
+        except OSError:
+            return
+        finally:
+            client.close()
+            upstream.close()
+
+    def stop(self):
+        self.listener.close()
+
+
 @pytest.mark.browser
 def test_live_code_uses_binder_when_the_build_knows_the_repository(browser, live):
-    _FakeBinder.ready = {"url": live.kernel_url, "token": live.token}
+    jupyter = _JupyterOverTCP(live)
+    jupyter.start()
+    _FakeBinder.ready = {"url": jupyter.url, "token": live.token}
     binder = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _FakeBinder)
     threading.Thread(target=binder.serve_forever, daemon=True).start()
     settings = {"binder": {"url": f"http://127.0.0.1:{binder.server_address[1]}", "spec": "gh/example/book/main",
@@ -371,6 +428,7 @@ def test_live_code_uses_binder_when_the_build_knows_the_repository(browser, live
             _delete_kernel(live, kernel)
         binder.shutdown()
         binder.server_close()
+        jupyter.stop()
 
 
 # -- The kernel server's locks -----------------------------------------------------------------------------------
@@ -385,44 +443,74 @@ def _http(url, headers=None, method="GET", data=None):
         return error.code, error.read()
 
 
+def _kernel_http(live, path, headers=None, method="GET", data=None, token=True):
+    """(status, body, headers) of a request to the kernel server on its Unix socket, with the token in the
+    ``Authorization`` header unless `token` is False."""
+    import http.client
+
+    connection = http.client.HTTPConnection("127.0.0.1", timeout=30)
+    connection.sock = socket.socket(socket.AF_UNIX)
+    connection.sock.settimeout(30)
+    try:
+        connection.sock.connect(str(live.kernel_socket))
+        sent = {**({"Authorization": f"token {live.token}"} if token else {}), **(headers or {})}
+        connection.request(method, f"/{path}", body=data, headers=sent)
+        response = connection.getresponse()
+        return response.status, response.read(), response.headers
+    finally:
+        connection.close()
+
+
 def test_the_kernel_server_needs_the_token(live):
-    assert _http(f"{live.kernel_url}api/kernels")[0] == 403
-    assert _http(f"{live.kernel_url}api/kernels", {"Authorization": "token wrong"})[0] == 403
-    assert _http(f"{live.kernel_url}api/kernels", method="POST", data=b'{"name": "python3"}',
-                 headers={"Content-Type": "application/json", "Origin": live.origin})[0] == 403
-    assert _http(f"{live.kernel_url}api/kernels", {"Authorization": f"token {live.token}"})[0] == 200
-    # The token is in no built file: only the running server hands it out.
+    assert _kernel_http(live, "api/kernels", token=False)[0] == 403
+    assert _kernel_http(live, "api/kernels", {"Authorization": "token wrong"}, token=False)[0] == 403
+    assert _kernel_http(live, f"api/kernels?token={live.token}", token=False)[0] == 403  # never in a URL
+    assert _kernel_http(live, "api/kernels", method="POST", data=b'{"name": "python3"}', token=False,
+                        headers={"Content-Type": "application/json", "Origin": live.origin})[0] == 403
+    assert _kernel_http(live, "api/kernels")[0] == 200
+    # The token is in no built file: only the running server holds it.
     assert not any(live.token in path.read_text(errors="ignore") for path in SITE.rglob("*.html"))
 
 
 def test_the_kernel_server_refuses_other_origins(live):
-    token = {"Authorization": f"token {live.token}"}
     for origin in ("http://127.0.0.1:9", "https://example.org", "null"):
-        status, _ = _http(f"{live.kernel_url}api/kernels", {**token, "Origin": origin})
+        status = _kernel_http(live, "api/kernels", {"Origin": origin})[0]
         assert status == 404, origin  # jupyter_server's answer to a refused origin
-        status, _ = _http(f"{live.kernel_url}api/kernels", {**token, "Origin": origin,
-                                                            "Content-Type": "application/json"},
-                          method="POST", data=b'{"name": "python3"}')
+        status = _kernel_http(live, "api/kernels", {"Origin": origin, "Content-Type": "application/json"},
+                              method="POST", data=b'{"name": "python3"}')[0]
         assert status == 404, origin
-    assert _http(f"{live.kernel_url}api/kernels", {**token, "Origin": live.origin})[0] == 200
+    assert _kernel_http(live, "api/kernels", {"Origin": live.origin})[0] == 200
 
 
-def _handshake(live, kernel, origin, token=None, headers=()):
-    """(status, headers) of a WebSocket opening handshake to `kernel`'s channels from `origin`, with `token` (by
-    default the server's) in the URL, as a browser sends it."""
+def _handshake(live, kernel, origin, token=None, headers=(), book=False, protocols=(), keep=False):
+    """(status, headers) of a WebSocket opening handshake to `kernel`'s channels from `origin`: to the kernel
+    server's socket with `token` (by default the server's) in the ``Authorization`` header, or with `book`, to the
+    book server offering `protocols`. With `keep`, (status, headers, the open socket)."""
     import base64
     import http.client
 
-    connection = http.client.HTTPConnection("127.0.0.1", live.kernel_port, timeout=30)
+    connection = http.client.HTTPConnection("127.0.0.1", live.httpd.server_address[1], timeout=30)
+    sent = {"Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13",
+            "Sec-WebSocket-Key": base64.b64encode(os.urandom(16)).decode(), "Origin": origin, **dict(headers)}
+    if protocols:
+        sent["Sec-WebSocket-Protocol"] = ", ".join(protocols)
+    if book:
+        target = f"/_live/api/kernels/{kernel}/channels?session_id=x"
+    else:
+        connection.sock = socket.socket(socket.AF_UNIX)
+        connection.sock.settimeout(30)
+        connection.sock.connect(str(live.kernel_socket))
+        target = f"/api/kernels/{kernel}/channels"
+        sent["Authorization"] = f"token {token or live.token}"
     try:
-        connection.request("GET", f"/api/kernels/{kernel}/channels?token={token or live.token}", headers={
-            "Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13",
-            "Sec-WebSocket-Key": base64.b64encode(os.urandom(16)).decode(), "Origin": origin, **dict(headers),
-        })
+        connection.request("GET", target, headers=sent)
         response = connection.getresponse()
+        if keep and response.status == 101:
+            return response.status, response.headers, connection.sock
         return response.status, response.headers
     finally:
-        connection.close()
+        if not (keep and response.status == 101):
+            connection.close()
 
 
 def test_the_kernel_websocket_refuses_other_origins(live):
@@ -436,27 +524,39 @@ def test_the_kernel_websocket_refuses_other_origins(live):
         _delete_kernel(live, kernel)
 
 
-def test_the_kernel_server_sets_and_honours_no_cookie(live):
-    """jupyter_server's default identity provider answers a token with a login cookie for the host (every port),
-    valid for 30 days, and then takes that cookie instead of the token: here, neither."""
-    import http.client
+# Paths of each server, answered with and without credentials: none may set a cookie.
+KERNEL_SERVER_PATHS = ("", "login", "logout", "tree", "nothing/here", "api", "api/status", "api/kernels",
+                       "api/kernels/00000000-0000-0000-0000-000000000000", "api/contents", "static/x.js")
+BOOK_PATHS = ("/", f"/{CHAPTER}", "/nothing.html", "/_static/", "/_live/config.json", "/_live/session",
+              "/_live/release", "/_live/api/kernels", "/_live/api/kernels/00000000-0000-0000-0000-000000000000",
+              "/_live/nothing", "/login")
 
-    token = {"Authorization": f"token {live.token}", "Origin": live.origin}
+
+def test_neither_server_sets_a_cookie(live):
+    """jupyter_server's default identity provider answers a token with a login cookie for the host (every port),
+    valid for 30 days, and its pages and errors set an ``_xsrf`` cookie (``Path=/``): here neither server sets
+    any cookie, on any path, with or without credentials, and no cookie is a credential."""
+    session = _session(live)
     kernel = _a_kernel(live)
     try:
-        connection = http.client.HTTPConnection("127.0.0.1", live.kernel_port, timeout=30)
-        connection.request("GET", "/api/kernels", headers=token)
-        response = connection.getresponse()
-        response.read()
-        connection.close()
-        assert response.status == 200 and response.headers.get_all("Set-Cookie") is None
+        for path in KERNEL_SERVER_PATHS:
+            for method, data in (("GET", None), ("POST", b"{}")):
+                for token in (True, False):
+                    status, _, headers = _kernel_http(live, path, {"Origin": live.origin}, method, data, token)
+                    assert headers.get_all("Set-Cookie") is None, (path, method, token, status)
+        for path in BOOK_PATHS:
+            for method in ("GET", "POST", "DELETE"):
+                for sent in ([], [session, *_page_headers(live)]):
+                    status, headers, _ = _raw(live, path, sent, method=method, body=b"{}")
+                    assert headers.get_all("Set-Cookie") is None, (path, method, sent, status)
         status, headers = _handshake(live, kernel, live.origin)
         assert status == 101 and headers.get_all("Set-Cookie") is None
         # A login cookie as jupyter_server would name it, with the right token as its value, is no credential.
-        name = f"username-127-0-0-1-{live.kernel_port}"
-        for cookie in (f"{name}={live.token}", f"{name}=x; _xsrf=x"):
-            assert _http(f"{live.kernel_url}api/kernels", {"Cookie": cookie, "Origin": live.origin})[0] == 403
-            assert _handshake(live, kernel, live.origin, token="wrong", headers=[("Cookie", cookie)])[0] == 403
+        for name in ("username-127-0-0-1", f"username-127-0-0-1-{live.httpd.server_address[1]}"):
+            for cookie in (f"{name}={live.token}", f"{name}=x; _xsrf=x"):
+                assert _kernel_http(live, "api/kernels", {"Cookie": cookie, "Origin": live.origin},
+                                    token=False)[0] == 403
+                assert _handshake(live, kernel, live.origin, token="wrong", headers=[("Cookie", cookie)])[0] == 403
     finally:
         _delete_kernel(live, kernel)
 
@@ -510,8 +610,9 @@ print(json.dumps(found))
 
 
 def test_kernels_use_private_ipc_sockets_not_tcp_ports(live):
-    """With a kernel running, the kernel server and its kernels listen on one TCP port, the server's; the kernel's
-    channels are Unix sockets in the run's private folder, which another local user (uid 65534) cannot reach."""
+    """With a kernel running, the kernel server and its kernels listen on no TCP port: the server's socket and the
+    kernel's channels are Unix sockets in the run's private folder, which another local user (uid 65534) cannot
+    reach."""
     import shutil
 
     kernel = _a_kernel(live)
@@ -529,13 +630,14 @@ def test_kernels_use_private_ipc_sockets_not_tcp_ports(live):
         if not ss:
             _missing("ss (iproute2), to list listening TCP ports")
         listing = subprocess.run([ss, "-Hltnp"], capture_output=True, text=True, check=True).stdout
-        assert _listening_ports(listing, _process_tree(live.process.pid)) == {live.kernel_port}, listing
+        assert _listening_ports(listing, _process_tree(live.process.pid)) == set(), listing
+        assert live.kernel_socket.is_socket() and live.kernel_socket.stat().st_mode & 0o777 == 0o600
         # Another local user: lists no port of the kernel's, and can neither connect nor read the connection file.
         seen = _run_as_nobody(ss, "-Hltn")
         assert seen.returncode == 0, seen.stderr
         assert not {connection[name] for name in names} & _listening_ports(seen.stdout), seen.stdout
         tried = _run_as_nobody(os.path.realpath(sys.executable), "-I", "-S", "-c", NOBODY_CONNECTS,
-                               *map(str, sockets))
+                               *map(str, sockets), str(live.kernel_socket))
         assert tried.returncode == 0, tried.stderr
         assert set(json.loads(tried.stdout).values()) == {"PermissionError"}, tried.stdout
     finally:
@@ -544,22 +646,29 @@ def test_kernels_use_private_ipc_sockets_not_tcp_ports(live):
 
 def test_the_kernel_server_offers_the_kernels_api_only(live):
     """A token holder gets kernels, not the files: no contents, files, sessions, config, nbconvert or terminals."""
-    token = {"Authorization": f"token {live.token}"}
     for path in ("api/contents", "api/contents/README.md", "files/README.md", "files/docs/chapters/matplotlibrc",
                  "files/benchmarks/results.json", "api/sessions", "api/config/x",
                  "api/nbconvert", "nbconvert/html/README.md", "api/terminals", "terminals/1", "lab", "tree",
                  "view/README.md"):
-        assert _http(f"{live.kernel_url}{path}", token)[0] == 404, path
+        assert _kernel_http(live, path)[0] == 404, path
     put = json.dumps({"type": "file", "format": "text", "content": "written by a token holder"}).encode()
-    assert _http(f"{live.kernel_url}api/contents/written.txt", {**token, "Content-Type": "application/json"},
-                 method="PUT", data=put)[0] == 404
+    assert _kernel_http(live, "api/contents/written.txt", {"Content-Type": "application/json"},
+                        method="PUT", data=put)[0] == 404
     assert not (ROOT / "written.txt").exists()
-    assert _http(f"{live.kernel_url}api/kernelspecs", token)[0] == 404
-    assert _http(f"{live.kernel_url}api/status", token)[0] == 200
+    assert _kernel_http(live, "api/kernelspecs")[0] == 404
+    assert _kernel_http(live, "api/status")[0] == 200
 
 
-def _execute(live, code, path="docs/chapters"):
-    """Start a kernel asking for `path`, run `code` over its WebSocket, return what it printed."""
+def _proxied(live, session, path, method="POST", data=b"{}"):
+    """(status, answer) of a page's request to the kernels' API through the book server, with `session`."""
+    status, _, body = _raw(live, f"/_live/api/kernels{path}", [*_page_headers(live), ("X-Live-Session", session)],
+                           method=method, body=data)
+    return status, json.loads(body) if body else None
+
+
+def _execute(live, code, path="docs/chapters", session=None):
+    """Start a kernel through the book server (asking for `path`), as a page holding `session` (default: a new
+    one) does, run `code` over its WebSocket, return what it printed."""
     import asyncio
     import concurrent.futures
     import uuid
@@ -567,21 +676,22 @@ def _execute(live, code, path="docs/chapters"):
     from tornado.httpclient import HTTPRequest
     from tornado.websocket import websocket_connect
 
-    token = {"Authorization": f"token {live.token}", "Content-Type": "application/json"}
-    status, body = _http(f"{live.kernel_url}api/kernels", token, method="POST",
-                         data=json.dumps({"name": "python3", "path": path}).encode())
-    assert status == 201, status
-    kernel = json.loads(body)["id"]
+    session = session or _session(live)[1]
+    status, answer = _proxied(live, session, "", data=json.dumps({"name": "python3", "path": path}).encode())
+    assert status == 201, (status, answer)
+    kernel = answer["id"]
 
     async def run():
-        url = f"ws://127.0.0.1:{live.kernel_port}/api/kernels/{kernel}/channels?token={live.token}"
-        socket = await websocket_connect(HTTPRequest(url, headers={"Origin": live.origin}))
+        url = f"ws://127.0.0.1:{live.httpd.server_address[1]}/_live/api/kernels/{kernel}/channels?session_id=x"
+        socket = await websocket_connect(HTTPRequest(url, headers={"Origin": live.origin}),
+                                         subprotocols=["attention-ref-live", f"live-session.{session}"])
+        assert socket.selected_subprotocol == "attention-ref-live"
         msg_id = uuid.uuid4().hex
         socket.write_message(json.dumps({
             "header": {"msg_id": msg_id, "msg_type": "execute_request", "session": uuid.uuid4().hex,
                        "username": "", "date": "2026-01-01T00:00:00Z", "version": "5.3"},
             "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
-            "content": {"code": code, "silent": False, "store_history": False, "user_expressions": {},
+            "content": {"code": code, "silent": False, "store_history": True, "user_expressions": {},
                         "allow_stdin": False, "stop_on_error": True}}))
         printed = []
         while True:
@@ -603,7 +713,7 @@ def _execute(live, code, path="docs/chapters"):
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             return pool.submit(lambda: asyncio.run(run())).result()
     finally:
-        _http(f"{live.kernel_url}api/kernels/{kernel}", token, method="DELETE")
+        assert _proxied(live, session, f"/{kernel}", method="DELETE", data=None)[0] == 200
 
 
 @pytest.mark.parametrize("path", ["docs/chapters", "", "../../../etc", "/etc", "benchmarks"])
@@ -698,7 +808,7 @@ def test_a_printed_link_lets_one_tab_in_once(live):
     assert len(printed) == before + 1 and "used" in printed[-1] and "live-key" not in printed[-1], printed[-1]
     assert _trade(live, link)[0] == 403  # spent
     status, headers, body = _raw(live, "/_live/config.json", [session, SAME_ORIGIN])
-    assert status == 200 and json.loads(body)["token"] == live.token
+    assert status == 200 and json.loads(body) == {"base_url": f"{live.origin}/_live/"}
     assert headers["Cache-Control"] == "no-store" and "Set-Cookie" not in headers
     # A new link makes the one before it worthless, used or not.
     older, newer = live.new_link(), live.new_link()
@@ -987,10 +1097,13 @@ window.attack = (async () => {
     const response = await fetch(CONFIG, { credentials: "include", mode: "no-cors" });
     found.opaque = (await response.text()).length;
   } catch (error) { found.opaque = "blocked"; }
-  let token = TOKEN;
-  try { token = JSON.parse(found.config).token || token; } catch (error) {}
+  try {
+    const response = await fetch(CONFIG, { headers: { "X-Live-Session": SESSION } });
+    found.withSession = await response.text();
+  } catch (error) { found.withSession = "blocked"; }
   found.socket = await new Promise((resolve) => {
-    const socket = new WebSocket(KERNEL + "api/kernels/" + KERNEL_ID + "/channels?token=" + token);
+    const socket = new WebSocket(SOCKET + "_live/api/kernels/" + KERNEL_ID + "/channels",
+                                 ["attention-ref-live", "live-session." + SESSION]);
     socket.onopen = () => resolve("open");
     socket.onerror = () => resolve("refused");
   });
@@ -999,40 +1112,40 @@ window.attack = (async () => {
 </script></body></html>"""
 
 
-def _attack_page(config, live, kernel, token):
-    """The attacker's page: fetch `config`, then open `kernel`'s WebSocket with the token read there, else `token`."""
-    socket = live.kernel_url.replace("http:", "ws:")
-    return (ATTACK.replace("CONFIG", json.dumps(config)).replace("TOKEN", json.dumps(token))
-            .replace("KERNEL_ID", json.dumps(kernel)).replace("KERNEL", json.dumps(socket)))
+def _attack_page(config, live, kernel, session):
+    """The attacker's page: fetch `config` without and with `session`, then open `kernel`'s WebSocket at the book
+    server offering `session`."""
+    socket = live.url.replace("http:", "ws:")
+    return (ATTACK.replace("CONFIG", json.dumps(config)).replace("SESSION", json.dumps(session))
+            .replace("KERNEL_ID", json.dumps(kernel)).replace("SOCKET", json.dumps(socket)))
 
 
 def _a_kernel(live):
-    status, body = _http(f"{live.kernel_url}api/kernels", {"Authorization": f"token {live.token}",
-                                                           "Content-Type": "application/json"},
-                         method="POST", data=b'{"name": "python3"}')
+    """A kernel started at the kernel server itself (no page's session reaches it)."""
+    status, body, _ = _kernel_http(live, "api/kernels", {"Content-Type": "application/json"}, method="POST",
+                                   data=b'{"name": "python3"}')
     assert status == 201
     return json.loads(body)["id"]
 
 
 def _kernels(live):
     """The ids of the kernels the kernel server runs."""
-    status, body = _http(f"{live.kernel_url}api/kernels", {"Authorization": f"token {live.token}"})
+    status, body, _ = _kernel_http(live, "api/kernels")
     assert status == 200
     return {kernel["id"] for kernel in json.loads(body)}
 
 
 def _delete_kernel(live, kernel):
-    _http(f"{live.kernel_url}api/kernels/{kernel}", {"Authorization": f"token {live.token}"}, method="DELETE")
+    _kernel_http(live, f"api/kernels/{kernel}", method="DELETE")
 
 
 @pytest.mark.browser
 def test_a_server_on_another_loopback_port_replays_the_readers_cookies_in_vain(browser, live):
     """The reader, let in and running Live code, visits a page served on another port of 127.0.0.1: the browser
     sends that server every cookie it holds for 127.0.0.1. The server replays each, with every header a
-    same-origin page sends, to the configuration and to the kernel server: no token, no kernel. The page's own
-    script cannot read the configuration, and the kernel's WebSocket refuses it even with the token."""
-    kernel = _a_kernel(live)
-    page = _attack_page(f"{live.url}_live/config.json", live, kernel, live.token)
+    same-origin page sends, to the configuration and to the kernels' API: nothing. The page's own script cannot
+    read the configuration, and the reader's kernel's WebSocket refuses it even with the reader's session."""
+    page = None
     received = []  # the Cookie header of each request the attacker's server got (None: no cookie)
 
     class Attacker(http.server.BaseHTTPRequestHandler):
@@ -1056,29 +1169,28 @@ def test_a_server_on_another_loopback_port_replays_the_readers_cookies_in_vain(b
         seen.open(urljoin(live.url, CHAPTER))
         status = _press_live_code(seen)
         assert seen.page.evaluate("attentionRefLiveCode.state") == "ready", status
+        kernel = seen.page.evaluate("attentionRefLiveCode.kernelId")
+        session = seen.page.evaluate("sessionStorage.getItem('attentionRefLiveSession')")
+        page = _attack_page(f"{live.url}_live/config.json", live, kernel, session)
         answered.clear()
         seen.page.goto(f"http://127.0.0.1:{attacker.server_address[1]}/attack.html")
         found = seen.page.evaluate("window.attack")
         assert found["config"] == "blocked" and found["opaque"] == 0, found
-        assert found["socket"] == "refused", found
-        asked = [status for target, status, _ in answered if target == "/_live/config.json"]
-        assert asked == [403, 403], asked
+        assert found["withSession"] == "blocked" and found["socket"] == "refused", found
+        asked = [status for target, status, _ in answered if target.startswith("/_live/")]
+        assert asked and set(asked) <= {403, 501}, asked  # 501: the preflight, never granted
         assert received, "the attacker's server got no request"
         for cookie in {c for c in received if c}:
             same_origin = [("Cookie", cookie), SAME_ORIGIN, ("Origin", live.origin), ("Referer", live.url)]
             status, _, body = _raw(live, "/_live/config.json", same_origin)
             assert status == 403 and live.token.encode() not in body, (cookie, status)
-            with_cookie = {"Cookie": cookie, "Origin": live.origin, "Referer": live.url}
-            assert _http(f"{live.kernel_url}api/kernels", with_cookie)[0] == 403, cookie
-            status, _ = _http(f"{live.kernel_url}api/kernels", {**with_cookie, "Content-Type": "application/json",
-                                                                "X-XSRFToken": "x", "Cookie": f"{cookie}; _xsrf=x"},
-                              method="POST", data=b'{"name": "python3"}')
-            assert status in (403, 404), (cookie, status)
+            status, _, body = _raw(live, "/_live/api/kernels", [("Cookie", f"{cookie}; _xsrf=x"), SAME_ORIGIN,
+                                   ("Origin", live.origin), ("X-XSRFToken", "x")], method="POST", body=b"{}")
+            assert status == 403, (cookie, status)
     finally:
         _leave(seen)
         attacker.shutdown()
         attacker.server_close()
-        _delete_kernel(live, kernel)
 
 
 @pytest.mark.browser
@@ -1110,9 +1222,8 @@ def test_the_kernel_cap_holds_and_the_page_says_so(browser, live):
     try:
         while len(_kernels(live)) < MAX_KERNELS:
             started.append(_a_kernel(live))
-        status, body = _http(f"{live.kernel_url}api/kernels", {"Authorization": f"token {live.token}",
-                                                               "Content-Type": "application/json"},
-                             method="POST", data=b'{"name": "python3"}')
+        status, body, _ = _kernel_http(live, "api/kernels", {"Content-Type": "application/json"},
+                                       method="POST", data=b'{"name": "python3"}')
         assert status == 429 and "limit" in json.loads(body)["message"], (status, body)
         assert len(_kernels(live)) == MAX_KERNELS
         seen = Visit(browser, "about:blank", "light")
@@ -1166,7 +1277,7 @@ def test_a_dns_rebinding_page_gets_nothing(browser, live):
         seen.page.goto(f"{evil}attack.html")
         found = seen.page.evaluate("window.attack")
         assert live.token not in json.dumps(found), found
-        assert [status for url, status in answers if "_live/config.json" in url] == [421, 421], answers
+        assert [status for url, status in answers if "_live/config.json" in url] == [421] * 3, answers
         assert found["socket"] == "refused", found
     finally:
         seen.close()
