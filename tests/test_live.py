@@ -16,6 +16,7 @@ makes correct launch links.
 
 from __future__ import annotations
 
+import http.client
 import http.server
 import json
 import os
@@ -25,6 +26,7 @@ import subprocess
 import sys
 import threading
 import time
+import types
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -39,6 +41,8 @@ ROOT = Path(__file__).resolve().parents[1]
 CHAPTER = "chapters/01_queries_keys_values.html"
 READY = 180_000  # ms: a cold kernel on a busy 2-core machine
 MAX_KERNELS = 4  # the test server's cap on kernels at a time
+HOST = "127.0.0.1"
+SUBPROTOCOL = "attention-ref-live"  # the book server's WebSocket subprotocol, offered beside the session
 
 
 @pytest.fixture(scope="module")
@@ -506,7 +510,7 @@ def _handshake(live, kernel, origin, token=None, headers=(), book=False, protoco
         connection.request("GET", target, headers=sent)
         response = connection.getresponse()
         if keep and response.status == 101:
-            return response.status, response.headers, connection.sock
+            return response.status, response.headers, (connection.sock, response)
         return response.status, response.headers
     finally:
         if not (keep and response.status == 101):
@@ -749,6 +753,83 @@ def test_the_chapters_runtime_files_are_in_the_scratch_folder():
     assert opened and opened <= set(module.RUNTIME_FILES), opened - set(module.RUNTIME_FILES)
 
 
+def _kernel_handshake(live, kernel, session, origin=None, keep=False):
+    """The book server's answer to a WebSocket handshake for `kernel` offering `session`, from `origin`."""
+    return _handshake(live, kernel, origin or live.origin, book=True, keep=keep,
+                      protocols=[SUBPROTOCOL, f"live-session.{session}"])
+
+
+def _framing_forbidden(headers):
+    return (headers["Content-Security-Policy"] == "frame-ancestors 'none'"
+            and headers["X-Frame-Options"] == "DENY")
+
+
+def test_a_session_reaches_only_its_own_kernels(live):
+    mine, other = _session(live)[1], _session(live)[1]
+    status, answer = _proxied(live, mine, "")
+    assert status == 201 and set(answer) == {"id", "name"}, answer
+    kernel = answer["id"]
+    nobodys = _a_kernel(live)  # started at the kernel server itself
+    try:
+        for session, target in ((other, kernel), (mine, nobodys)):
+            assert _proxied(live, session, f"/{target}/restart")[0] == 404
+            assert _proxied(live, session, f"/{target}", method="DELETE", data=None)[0] == 404
+            assert _kernel_handshake(live, target, session)[0] == 403
+            status, _, _ = _raw(live, "/_live/release", [*_page_headers(live), ("X-Live-Session", session)],
+                                method="POST", body=json.dumps({"kernel": target}).encode())
+            assert status == 404
+        # Its own kernel, but from a page of another origin, without fetch metadata, or without the subprotocol.
+        assert _kernel_handshake(live, kernel, mine, origin="http://127.0.0.1:9")[0] == 403
+        assert _handshake(live, kernel, live.origin, book=True, protocols=[f"live-session.{mine}"])[0] == 400
+        status, _, _ = _raw(live, f"/_live/api/kernels/{kernel}/restart", [("X-Live-Session", mine)],
+                            method="POST", body=b"{}")
+        assert status == 403
+        # The list of kernels, and anything else of the kernel server, is not passed on.
+        for path, method in (("", "GET"), (f"/{kernel}", "GET"), ("/../status", "GET"), ("/../../status", "GET"),
+                             (f"/{kernel}/interrupt", "POST")):
+            assert _proxied(live, mine, path, method=method)[0] == 404, path
+        assert {kernel, nobodys} <= _kernels(live)
+        status, answer = _proxied(live, mine, f"/{kernel}/restart")
+        assert status == 200 and answer["id"] == kernel
+        status, headers = _kernel_handshake(live, kernel, mine)
+        assert status == 101 and headers["Sec-WebSocket-Protocol"] == SUBPROTOCOL and _framing_forbidden(headers)
+    finally:
+        _delete_kernel(live, kernel)
+        _delete_kernel(live, nobodys)
+
+
+def test_an_expired_session_loses_its_kernels_at_once(live):
+    """When a session expires, its requests are refused at once, its open WebSocket is closed and its kernel is
+    shut down: the credential dies with the session."""
+    session = _session(live)[1]
+    status, answer = _proxied(live, session, "")
+    assert status == 201
+    kernel = answer["id"]
+    status, _, (socket_, response) = _kernel_handshake(live, kernel, session, keep=True)
+    assert status == 101
+    try:
+        with live.gate.lock:  # idle for longer than a session may be (the gate's clock, moved on)
+            live.gate.sessions[session] -= live.gate.session_idle + 1
+        assert _proxied(live, session, f"/{kernel}/restart")[0] == 403
+        socket_.settimeout(10)
+        start = time.monotonic()
+        try:
+            while socket_.recv(65536):  # what the kernel sent before, then the end
+                assert time.monotonic() - start < 10
+        except ConnectionResetError:
+            pass
+        deadline = time.monotonic() + 30
+        while kernel in _kernels(live) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert kernel not in _kernels(live)
+        assert _kernel_handshake(live, kernel, session)[0] == 403
+        assert any("session expired" in notice for notice in printed), printed[-3:]
+    finally:
+        socket_.close()
+        response.close()
+        _delete_kernel(live, kernel)
+
+
 # -- The book server's locks: raw HTTP, as another process on this machine can send it ---------------------------
 
 
@@ -899,6 +980,25 @@ def test_pages_read_without_a_session(live):
         assert _raw(live, target)[0] == 200, target
 
 
+def test_every_answer_forbids_framing(live):
+    """Whatever the answer (a page, a redirect, an error, a refusal, the session's), no page of another origin may
+    frame it."""
+    port = live.httpd.server_address[1]
+    session = _session(live)
+    cases = [("/", [], None, "GET"), (f"/{CHAPTER}", [], None, "GET"), ("/", [], f"localhost:{port}", "GET"),
+             ("/%zz", [], None, "GET"), ("/_live/config.json", [], None, "GET"),
+             ("/_live/config.json", [session, SAME_ORIGIN], None, "GET"), ("/nothing.html", [], None, "GET"),
+             ("/", [], None, "POST"), ("/", [], "evil.example", "GET"), ("/", [], None, "PUT"),
+             ("/", [("If-Modified-Since", "Fri, 01 Jan 2100 00:00:00 GMT")], None, "GET"),
+             ("/_live/session", _page_headers(live), None, "POST"), ("/", [], None, "HEAD")]
+    seen = set()
+    for target, headers, host, method in cases:
+        status, answer, _ = _raw(live, target, headers, host, method, b"" if method == "POST" else None)
+        assert _framing_forbidden(answer), (target, method, status, dict(answer))
+        seen.add(status)
+    assert seen == {200, 304, 307, 400, 403, 404, 405, 421, 501}, seen
+
+
 def test_links_and_sessions_expire():
     """An unused link stops working after `link_seconds` (and the terminal says so); a session after
     `session_idle` seconds without a request, counted from its last use."""
@@ -953,7 +1053,7 @@ def test_another_user_gets_no_token(live):
 @pytest.fixture
 def bare_book(tmp_path):
     """A book server alone (no kernel server) over a tiny site holding symbolic links out of it, with a read
-    timeout of 1 s."""
+    timeout of 1 s, a request deadline of 1.5 s and at most 4 connections."""
     module = ext_module("_live_server")
     site = tmp_path / "site"
     site.mkdir()
@@ -962,7 +1062,7 @@ def bare_book(tmp_path):
     (site / "out.txt").symlink_to(tmp_path / "outside.txt")
     (site / "etc").symlink_to("/etc")
     (site / "in.html").symlink_to(site / "index.html")
-    server = module.LiveServer(site, read_timeout=1)
+    server = module.LiveServer(site, read_timeout=1, request_deadline=1.5, max_connections=4)
     threading.Thread(target=server.httpd.serve_forever, daemon=True).start()
     try:
         yield server
@@ -987,17 +1087,80 @@ def test_a_silent_connection_is_closed(bare_book):
             assert time.monotonic() - start < 5
 
 
+def test_a_trickling_client_is_cut_at_the_deadline(bare_book):
+    """A client that sends a header line every 0.3 s (each within the read timeout of 1 s) is cut when the
+    request's deadline (1.5 s) passes, not served for as long as it trickles."""
+    port = bare_book.httpd.server_address[1]
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as connection:
+        start = time.monotonic()
+        connection.sendall(f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n".encode())
+        stop = threading.Event()
+
+        def trickle():
+            while not stop.wait(0.3):
+                try:
+                    connection.sendall(b"X-Trickle: 1\r\n")
+                except OSError:
+                    return
+
+        threading.Thread(target=trickle, daemon=True).start()
+        try:
+            try:
+                assert connection.recv(1024) == b""  # closed, with no answer
+            except ConnectionResetError:
+                pass
+            cut = time.monotonic() - start
+        finally:
+            stop.set()
+    assert 1.2 < cut < 4, cut
+
+
+def test_one_connection_over_the_cap_is_refused_at_once(bare_book):
+    port = bare_book.httpd.server_address[1]
+    held = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(4)]
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as extra:
+            start = time.monotonic()
+            answer = extra.recv(4096)
+            assert time.monotonic() - start < 0.5
+        assert answer.startswith(b"HTTP/1.1 503 ") and b"X-Frame-Options: DENY" in answer, answer
+    finally:
+        for connection in held:
+            connection.close()
+    deadline = time.monotonic() + 10
+    while True:  # the held connections' threads end: connections are accepted again
+        try:
+            if _raw(bare_book, "/")[0] == 200:
+                break
+        except (OSError, http.client.HTTPException):
+            pass
+        assert time.monotonic() < deadline, "the server did not accept connections again"
+        time.sleep(0.1)
+
+
 def test_make_serve_prints_a_link_that_works_once_and_expires(tmp_path):
     """The program `make serve` runs: its printed link lets in once, then the terminal gets a notice, not a
     link; Enter prints a new link, which expires unused; at stop its private folder (the kernel server's log,
-    connection files and sockets) is deleted."""
+    connection files and sockets) is deleted, and a run that ran code (with history, and matplotlib) created
+    nothing outside it: its home and temporary folders (given to it empty) are empty again."""
     if not (SITE / CHAPTER).is_file():
         _missing(f"the built book ({SITE}; run `make docs`)")
     ext_module("_live_server", "jupyter_server")
     import queue
 
+    import shutil
+    import tempfile
+
+    # Short: a Unix socket's path has at most 107 bytes, and the run's sockets are in its temporary folder.
+    outside = Path(tempfile.mkdtemp(prefix="arl-", dir="/tmp" if os.path.isdir("/tmp") else None))
+    home, temporary = outside / "home", outside / "tmp"
+    home.mkdir()
+    temporary.mkdir()
+    env = {**os.environ, "HOME": str(home), "TMPDIR": str(temporary)}
+    for name in ("IPYTHONDIR", "MPLCONFIGDIR", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME"):
+        env.pop(name, None)
     process = subprocess.Popen([sys.executable, str(EXT / "_live_server.py"), "--port", "0", "--link-seconds", "3",
-                                str(SITE)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                str(SITE)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
                                stderr=subprocess.STDOUT, text=True)
     lines: queue.Queue[str] = queue.Queue()
     reader = threading.Thread(target=lambda: [lines.put(line) for line in process.stdout], daemon=True)
@@ -1022,10 +1185,12 @@ def test_make_serve_prints_a_link_that_works_once_and_expires(tmp_path):
                                                   "same-origin", "Origin": f"http://127.0.0.1:{port}"})
         try:
             with urllib.request.urlopen(request, timeout=30) as response:
+                sessions.append(json.loads(response.read())["session"])
                 return response.status
         except urllib.error.HTTPError as error:
             return error.code
 
+    sessions = []
     try:
         run_dir = Path(next_line(r"log, deleted at stop: (\S+)\)").group(1)).parent
         assert run_dir.stat().st_mode & 0o777 == 0o700
@@ -1034,6 +1199,14 @@ def test_make_serve_prints_a_link_that_works_once_and_expires(tmp_path):
         notice = next_line(r"used")
         assert "live-key" not in notice.string and "Enter" in notice.string
         assert trade(link) == 403
+        port = int(re.search(r":(\d+)/", link).group(1))
+        served = types.SimpleNamespace(httpd=types.SimpleNamespace(server_address=(HOST, port)),
+                                       origin=f"http://{HOST}:{port}", url=f"http://{HOST}:{port}/")
+        found = _execute(served, session=sessions[0], code=(
+            "import matplotlib\nmatplotlib.use('agg')\nimport matplotlib.pyplot as plt\nplt.plot([1, 2])\n"
+            "plt.savefig('figure.png')\nimport tempfile\ntempfile.mkstemp()\n"
+            "print(get_ipython().history_manager.hist_file)"))
+        assert found.strip() == ":memory:", found
         process.stdin.write("\n")
         process.stdin.flush()
         fresh = next_line(r"http://127\.0\.0\.1:\d+/#live-key=[\w-]+").group(0)
@@ -1048,6 +1221,9 @@ def test_make_serve_prints_a_link_that_works_once_and_expires(tmp_path):
         process.stdout.close()
         process.stdin.close()
     assert not run_dir.exists(), sorted(run_dir.rglob("*"))
+    left = sorted(str(path.relative_to(outside)) for folder in (home, temporary) for path in folder.rglob("*"))
+    shutil.rmtree(outside)
+    assert left == [], left
 
 
 # -- In Chromium: the reader not yet let in, and pages of other origins ---------------------------------------------

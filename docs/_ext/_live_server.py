@@ -852,7 +852,7 @@ class LiveServer:
         self.limits = {"kernel_idle": kernel_idle, "max_kernels": max_kernels}
         self.run_dir = Path(tempfile.mkdtemp(prefix="ar-live-"))  # mode 0700: this user's only
         self.runtime_dir = self.run_dir / "runtime"  # the kernel server's socket, connection files, IPC sockets
-        self.kernel_socket = self.runtime_dir / "kernel-server.sock"
+        self.kernel_socket = self.runtime_dir / "kernels.sock"
         self.kernel_server = handler.kernel_server = KernelServer(self.kernel_socket, self.token, self.origin)
         self.log = open(self.run_dir / "kernel-server.log", "w")  # closed by stop()
         self.process = None
