@@ -1147,7 +1147,6 @@ def test_make_serve_prints_a_link_that_works_once_and_expires(tmp_path):
         _missing(f"the built book ({SITE}; run `make docs`)")
     ext_module("_live_server", "jupyter_server")
     import queue
-
     import shutil
     import tempfile
 
@@ -1458,6 +1457,98 @@ def test_a_dns_rebinding_page_gets_nothing(browser, live):
     finally:
         seen.close()
         _delete_kernel(live, kernel)
+
+
+FRAME = """<!doctype html><html lang="en"><title>frame</title><body>
+<iframe title="the book" src="SRC" width="800" height="600"></iframe></body></html>"""
+
+
+@pytest.mark.browser
+def test_a_framed_book_does_nothing_with_a_key_or_a_session(browser, live):
+    """A page of another port frames a chapter: the browser refuses (frame-ancestors 'none'). Even framed where
+    the headers are stripped, in a page of the book's own origin whose tab holds a session, the chapter's script
+    neither trades the key in its address nor sends the session."""
+    seen = Visit(browser, "about:blank", "light")
+    try:
+        _let_in(seen, live)
+        page = FRAME.replace("SRC", urljoin(live.url, CHAPTER)).encode()
+
+        class Attacker(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(page)))
+                self.end_headers()
+                self.wfile.write(page)
+
+            def log_message(self, format, *args):
+                pass
+
+        attacker = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Attacker)
+        threading.Thread(target=attacker.serve_forever, daemon=True).start()
+        try:
+            seen.page.goto(f"http://127.0.0.1:{attacker.server_address[1]}/frame.html")
+            seen.page.wait_for_function("() => document.readyState === 'complete'")
+            frame = seen.page.frames[-1]
+            frame.wait_for_load_state()
+            assert frame.url.startswith("chrome-error:"), frame.url  # refused: the browser shows its error page
+        finally:
+            attacker.shutdown()
+            attacker.server_close()
+
+        def unframed(route):  # the chapter as a server without the headers would send it
+            response = route.fetch()
+            headers = {k: v for k, v in response.headers.items()
+                       if k.lower() not in ("content-security-policy", "x-frame-options")}
+            route.fulfill(response=response, headers=headers)
+
+        key_link = live.new_link()
+        key = key_link.split("#live-key=")[1]
+        own = f"{live.url}framing.html"
+        seen.page.route(own, lambda route: route.fulfill(status=200, content_type="text/html",
+                                                         body=FRAME.replace("SRC", f"/{CHAPTER}#live-key={key}")))
+        seen.page.route(f"{live.url}{CHAPTER}", unframed)
+        answered.clear()
+        seen.page.goto(own)
+        frame = seen.page.frame(url=re.compile(re.escape(CHAPTER)))
+        frame.wait_for_function("typeof attentionRefLiveCode !== 'undefined'")
+        assert frame.evaluate("attentionRefLiveCode.admitted") is False
+        assert frame.evaluate("sessionStorage.getItem('attentionRefLiveSession')")  # the tab's session is there
+        frame.get_by_role("button", name="Live code", exact=True).click()
+        frame.wait_for_function("() => attentionRefLiveCode.state === 'failed'")
+        assert "inside another page" in frame.locator(".live-code-status").inner_text()
+        assert not [target for target, _, _ in answered if target.startswith("/_live/")], answered
+        assert _trade(live, key_link)[0] == 200  # the key in the frame's address was left unused
+    finally:
+        _leave(seen)
+
+
+def test_no_credential_in_any_log(live):
+    """After requests that fail, are refused or come after their session expired (here and in the tests before),
+    neither the kernel server's log nor the notices for the terminal hold the kernel server's token, a session
+    or a key."""
+    sessions = [_session(live)[1], _session(live)[1], *live.gate.sessions]
+    link = live.new_link()
+    keys = [link.split("#live-key=")[1]]
+    assert _trade(live, link)[0] == 200 and _trade(live, link)[0] == 403  # spent
+    assert _proxied(live, "wrong", "")[0] == 403
+    kernel = _proxied(live, sessions[0], "")[1]["id"]
+    assert _kernel_handshake(live, "00000000-0000-0000-0000-000000000000", sessions[0])[0] == 403
+    assert _proxied(live, sessions[0], f"/{kernel}", method="DELETE", data=None)[0] == 200
+    assert _kernel_handshake(live, kernel, sessions[0])[0] == 403  # a deleted kernel's channels
+    assert _handshake(live, kernel, live.origin)[0] == 404  # the same, at the kernel server
+    assert _kernel_http(live, f"api/kernels/{kernel}")[0] == 404
+    assert _kernel_http(live, "api/kernels", {"Authorization": "token wrong"}, token=False)[0] == 403
+    assert _kernel_http(live, "api/kernels", {"Origin": "http://127.0.0.1:9"})[0] == 404
+    with live.gate.lock:  # the second session expires
+        live.gate.sessions[sessions[1]] -= live.gate.session_idle + 1
+    assert _proxied(live, sessions[1], "")[0] == 403
+    time.sleep(0.5)  # the kernel server's last lines written
+    log = Path(live.log.name).read_text()
+    assert " 403 " in log and " 404 " in log, log[-2000:]  # the failures are in the log
+    notices = "\n".join(printed)
+    for secret in [live.token, *sessions, *keys]:
+        assert secret not in log and secret not in notices
 
 
 # -- Hosted: launch links for a known repository ---------------------------------------------------------------
