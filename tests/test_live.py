@@ -16,6 +16,7 @@ makes correct launch links.
 
 from __future__ import annotations
 
+import http.client
 import http.server
 import json
 import os
@@ -25,6 +26,7 @@ import subprocess
 import sys
 import threading
 import time
+import types
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -39,6 +41,8 @@ ROOT = Path(__file__).resolve().parents[1]
 CHAPTER = "chapters/01_queries_keys_values.html"
 READY = 180_000  # ms: a cold kernel on a busy 2-core machine
 MAX_KERNELS = 4  # the test server's cap on kernels at a time
+HOST = "127.0.0.1"
+SUBPROTOCOL = "attention-ref-live"  # the book server's WebSocket subprotocol, offered beside the session
 
 
 @pytest.fixture(scope="module")
@@ -162,7 +166,7 @@ def test_a_reader_edits_and_runs_chapter_1(browser, live):
         assert seen.foreign == [] and seen.errors == [] and seen.bad_responses == []
         button = page.get_by_role("button", name="Live code", exact=True)
         assert button.count() == 1
-        assert not [url for url in asked if "_live/" in url or live.kernel_url in url]
+        assert not [url for url in asked if "_live/" in url]
 
         start = time.monotonic()
         button.click()
@@ -342,9 +346,66 @@ class _FakeBinder(http.server.BaseHTTPRequestHandler):
         pass
 
 
+class _JupyterOverTCP(threading.Thread):
+    """A Jupyter server as Binder offers one, on a TCP port of 127.0.0.1: each connection passed on to the live
+    kernel server's Unix socket, with a WebSocket's ``?token=`` (which that server never reads) moved into the
+    ``Authorization`` header."""
+
+    def __init__(self, live):
+        super().__init__(daemon=True)
+        self.live = live
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}/"
+
+    def run(self):
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self.forward, args=(client,), daemon=True).start()
+
+    def forward(self, client):
+        import selectors
+
+        upstream = socket.socket(socket.AF_UNIX)
+        try:
+            upstream.connect(str(self.live.kernel_socket))
+            head = b""
+            while b"\r\n\r\n" not in head:
+                chunk = client.recv(65536)
+                if not chunk:
+                    return
+                head += chunk
+            line, _, rest = head.partition(b"\r\n")
+            token = re.search(rb"[?&]token=([\w-]+)", line)
+            if token:
+                line = line.replace(b"token=" + token.group(1), b"") + b"\r\nAuthorization: token " + token.group(1)
+            upstream.sendall(line + b"\r\n" + rest)
+            with selectors.DefaultSelector() as selector:
+                selector.register(client, selectors.EVENT_READ, upstream)
+                selector.register(upstream, selectors.EVENT_READ, client)
+                while True:
+                    for found, _ in selector.select():
+                        data = found.fileobj.recv(65536)
+                        if not data:
+                            return
+                        found.data.sendall(data)
+        except OSError:
+            return
+        finally:
+            client.close()
+            upstream.close()
+
+    def stop(self):
+        self.listener.close()
+
+
 @pytest.mark.browser
 def test_live_code_uses_binder_when_the_build_knows_the_repository(browser, live):
-    _FakeBinder.ready = {"url": live.kernel_url, "token": live.token}
+    jupyter = _JupyterOverTCP(live)
+    jupyter.start()
+    _FakeBinder.ready = {"url": jupyter.url, "token": live.token}
     binder = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _FakeBinder)
     threading.Thread(target=binder.serve_forever, daemon=True).start()
     settings = {"binder": {"url": f"http://127.0.0.1:{binder.server_address[1]}", "spec": "gh/example/book/main",
@@ -371,6 +432,7 @@ def test_live_code_uses_binder_when_the_build_knows_the_repository(browser, live
             _delete_kernel(live, kernel)
         binder.shutdown()
         binder.server_close()
+        jupyter.stop()
 
 
 # -- The kernel server's locks -----------------------------------------------------------------------------------
@@ -385,44 +447,74 @@ def _http(url, headers=None, method="GET", data=None):
         return error.code, error.read()
 
 
+def _kernel_http(live, path, headers=None, method="GET", data=None, token=True):
+    """(status, body, headers) of a request to the kernel server on its Unix socket, with the token in the
+    ``Authorization`` header unless `token` is False."""
+    import http.client
+
+    connection = http.client.HTTPConnection("127.0.0.1", timeout=30)
+    connection.sock = socket.socket(socket.AF_UNIX)
+    connection.sock.settimeout(30)
+    try:
+        connection.sock.connect(str(live.kernel_socket))
+        sent = {**({"Authorization": f"token {live.token}"} if token else {}), **(headers or {})}
+        connection.request(method, f"/{path}", body=data, headers=sent)
+        response = connection.getresponse()
+        return response.status, response.read(), response.headers
+    finally:
+        connection.close()
+
+
 def test_the_kernel_server_needs_the_token(live):
-    assert _http(f"{live.kernel_url}api/kernels")[0] == 403
-    assert _http(f"{live.kernel_url}api/kernels", {"Authorization": "token wrong"})[0] == 403
-    assert _http(f"{live.kernel_url}api/kernels", method="POST", data=b'{"name": "python3"}',
-                 headers={"Content-Type": "application/json", "Origin": live.origin})[0] == 403
-    assert _http(f"{live.kernel_url}api/kernels", {"Authorization": f"token {live.token}"})[0] == 200
-    # The token is in no built file: only the running server hands it out.
+    assert _kernel_http(live, "api/kernels", token=False)[0] == 403
+    assert _kernel_http(live, "api/kernels", {"Authorization": "token wrong"}, token=False)[0] == 403
+    assert _kernel_http(live, f"api/kernels?token={live.token}", token=False)[0] == 403  # never in a URL
+    assert _kernel_http(live, "api/kernels", method="POST", data=b'{"name": "python3"}', token=False,
+                        headers={"Content-Type": "application/json", "Origin": live.origin})[0] == 403
+    assert _kernel_http(live, "api/kernels")[0] == 200
+    # The token is in no built file: only the running server holds it.
     assert not any(live.token in path.read_text(errors="ignore") for path in SITE.rglob("*.html"))
 
 
 def test_the_kernel_server_refuses_other_origins(live):
-    token = {"Authorization": f"token {live.token}"}
     for origin in ("http://127.0.0.1:9", "https://example.org", "null"):
-        status, _ = _http(f"{live.kernel_url}api/kernels", {**token, "Origin": origin})
+        status = _kernel_http(live, "api/kernels", {"Origin": origin})[0]
         assert status == 404, origin  # jupyter_server's answer to a refused origin
-        status, _ = _http(f"{live.kernel_url}api/kernels", {**token, "Origin": origin,
-                                                            "Content-Type": "application/json"},
-                          method="POST", data=b'{"name": "python3"}')
+        status = _kernel_http(live, "api/kernels", {"Origin": origin, "Content-Type": "application/json"},
+                              method="POST", data=b'{"name": "python3"}')[0]
         assert status == 404, origin
-    assert _http(f"{live.kernel_url}api/kernels", {**token, "Origin": live.origin})[0] == 200
+    assert _kernel_http(live, "api/kernels", {"Origin": live.origin})[0] == 200
 
 
-def _handshake(live, kernel, origin, token=None, headers=()):
-    """(status, headers) of a WebSocket opening handshake to `kernel`'s channels from `origin`, with `token` (by
-    default the server's) in the URL, as a browser sends it."""
+def _handshake(live, kernel, origin, token=None, headers=(), book=False, protocols=(), keep=False):
+    """(status, headers) of a WebSocket opening handshake to `kernel`'s channels from `origin`: to the kernel
+    server's socket with `token` (by default the server's) in the ``Authorization`` header, or with `book`, to the
+    book server offering `protocols`. With `keep`, (status, headers, the open socket)."""
     import base64
     import http.client
 
-    connection = http.client.HTTPConnection("127.0.0.1", live.kernel_port, timeout=30)
+    connection = http.client.HTTPConnection("127.0.0.1", live.httpd.server_address[1], timeout=30)
+    sent = {"Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13",
+            "Sec-WebSocket-Key": base64.b64encode(os.urandom(16)).decode(), "Origin": origin, **dict(headers)}
+    if protocols:
+        sent["Sec-WebSocket-Protocol"] = ", ".join(protocols)
+    if book:
+        target = f"/_live/api/kernels/{kernel}/channels?session_id=x"
+    else:
+        connection.sock = socket.socket(socket.AF_UNIX)
+        connection.sock.settimeout(30)
+        connection.sock.connect(str(live.kernel_socket))
+        target = f"/api/kernels/{kernel}/channels"
+        sent["Authorization"] = f"token {token or live.token}"
     try:
-        connection.request("GET", f"/api/kernels/{kernel}/channels?token={token or live.token}", headers={
-            "Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13",
-            "Sec-WebSocket-Key": base64.b64encode(os.urandom(16)).decode(), "Origin": origin, **dict(headers),
-        })
+        connection.request("GET", target, headers=sent)
         response = connection.getresponse()
+        if keep and response.status == 101:
+            return response.status, response.headers, (connection.sock, response)
         return response.status, response.headers
     finally:
-        connection.close()
+        if not (keep and response.status == 101):
+            connection.close()
 
 
 def test_the_kernel_websocket_refuses_other_origins(live):
@@ -436,27 +528,39 @@ def test_the_kernel_websocket_refuses_other_origins(live):
         _delete_kernel(live, kernel)
 
 
-def test_the_kernel_server_sets_and_honours_no_cookie(live):
-    """jupyter_server's default identity provider answers a token with a login cookie for the host (every port),
-    valid for 30 days, and then takes that cookie instead of the token: here, neither."""
-    import http.client
+# Paths of each server, answered with and without credentials: none may set a cookie.
+KERNEL_SERVER_PATHS = ("", "login", "logout", "tree", "nothing/here", "api", "api/status", "api/kernels",
+                       "api/kernels/00000000-0000-0000-0000-000000000000", "api/contents", "static/x.js")
+BOOK_PATHS = ("/", f"/{CHAPTER}", "/nothing.html", "/_static/", "/_live/config.json", "/_live/session",
+              "/_live/release", "/_live/api/kernels", "/_live/api/kernels/00000000-0000-0000-0000-000000000000",
+              "/_live/nothing", "/login")
 
-    token = {"Authorization": f"token {live.token}", "Origin": live.origin}
+
+def test_neither_server_sets_a_cookie(live):
+    """jupyter_server's default identity provider answers a token with a login cookie for the host (every port),
+    valid for 30 days, and its pages and errors set an ``_xsrf`` cookie (``Path=/``): here neither server sets
+    any cookie, on any path, with or without credentials, and no cookie is a credential."""
+    session = _session(live)
     kernel = _a_kernel(live)
     try:
-        connection = http.client.HTTPConnection("127.0.0.1", live.kernel_port, timeout=30)
-        connection.request("GET", "/api/kernels", headers=token)
-        response = connection.getresponse()
-        response.read()
-        connection.close()
-        assert response.status == 200 and response.headers.get_all("Set-Cookie") is None
+        for path in KERNEL_SERVER_PATHS:
+            for method, data in (("GET", None), ("POST", b"{}")):
+                for token in (True, False):
+                    status, _, headers = _kernel_http(live, path, {"Origin": live.origin}, method, data, token)
+                    assert headers.get_all("Set-Cookie") is None, (path, method, token, status)
+        for path in BOOK_PATHS:
+            for method in ("GET", "POST", "DELETE"):
+                for sent in ([], [session, *_page_headers(live)]):
+                    status, headers, _ = _raw(live, path, sent, method=method, body=b"{}")
+                    assert headers.get_all("Set-Cookie") is None, (path, method, sent, status)
         status, headers = _handshake(live, kernel, live.origin)
         assert status == 101 and headers.get_all("Set-Cookie") is None
         # A login cookie as jupyter_server would name it, with the right token as its value, is no credential.
-        name = f"username-127-0-0-1-{live.kernel_port}"
-        for cookie in (f"{name}={live.token}", f"{name}=x; _xsrf=x"):
-            assert _http(f"{live.kernel_url}api/kernels", {"Cookie": cookie, "Origin": live.origin})[0] == 403
-            assert _handshake(live, kernel, live.origin, token="wrong", headers=[("Cookie", cookie)])[0] == 403
+        for name in ("username-127-0-0-1", f"username-127-0-0-1-{live.httpd.server_address[1]}"):
+            for cookie in (f"{name}={live.token}", f"{name}=x; _xsrf=x"):
+                assert _kernel_http(live, "api/kernels", {"Cookie": cookie, "Origin": live.origin},
+                                    token=False)[0] == 403
+                assert _handshake(live, kernel, live.origin, token="wrong", headers=[("Cookie", cookie)])[0] == 403
     finally:
         _delete_kernel(live, kernel)
 
@@ -510,8 +614,9 @@ print(json.dumps(found))
 
 
 def test_kernels_use_private_ipc_sockets_not_tcp_ports(live):
-    """With a kernel running, the kernel server and its kernels listen on one TCP port, the server's; the kernel's
-    channels are Unix sockets in the run's private folder, which another local user (uid 65534) cannot reach."""
+    """With a kernel running, the kernel server and its kernels listen on no TCP port: the server's socket and the
+    kernel's channels are Unix sockets in the run's private folder, which another local user (uid 65534) cannot
+    reach."""
     import shutil
 
     kernel = _a_kernel(live)
@@ -529,13 +634,14 @@ def test_kernels_use_private_ipc_sockets_not_tcp_ports(live):
         if not ss:
             _missing("ss (iproute2), to list listening TCP ports")
         listing = subprocess.run([ss, "-Hltnp"], capture_output=True, text=True, check=True).stdout
-        assert _listening_ports(listing, _process_tree(live.process.pid)) == {live.kernel_port}, listing
+        assert _listening_ports(listing, _process_tree(live.process.pid)) == set(), listing
+        assert live.kernel_socket.is_socket() and live.kernel_socket.stat().st_mode & 0o777 == 0o600
         # Another local user: lists no port of the kernel's, and can neither connect nor read the connection file.
         seen = _run_as_nobody(ss, "-Hltn")
         assert seen.returncode == 0, seen.stderr
         assert not {connection[name] for name in names} & _listening_ports(seen.stdout), seen.stdout
         tried = _run_as_nobody(os.path.realpath(sys.executable), "-I", "-S", "-c", NOBODY_CONNECTS,
-                               *map(str, sockets))
+                               *map(str, sockets), str(live.kernel_socket))
         assert tried.returncode == 0, tried.stderr
         assert set(json.loads(tried.stdout).values()) == {"PermissionError"}, tried.stdout
     finally:
@@ -544,22 +650,29 @@ def test_kernels_use_private_ipc_sockets_not_tcp_ports(live):
 
 def test_the_kernel_server_offers_the_kernels_api_only(live):
     """A token holder gets kernels, not the files: no contents, files, sessions, config, nbconvert or terminals."""
-    token = {"Authorization": f"token {live.token}"}
     for path in ("api/contents", "api/contents/README.md", "files/README.md", "files/docs/chapters/matplotlibrc",
                  "files/benchmarks/results.json", "api/sessions", "api/config/x",
                  "api/nbconvert", "nbconvert/html/README.md", "api/terminals", "terminals/1", "lab", "tree",
                  "view/README.md"):
-        assert _http(f"{live.kernel_url}{path}", token)[0] == 404, path
+        assert _kernel_http(live, path)[0] == 404, path
     put = json.dumps({"type": "file", "format": "text", "content": "written by a token holder"}).encode()
-    assert _http(f"{live.kernel_url}api/contents/written.txt", {**token, "Content-Type": "application/json"},
-                 method="PUT", data=put)[0] == 404
+    assert _kernel_http(live, "api/contents/written.txt", {"Content-Type": "application/json"},
+                        method="PUT", data=put)[0] == 404
     assert not (ROOT / "written.txt").exists()
-    assert _http(f"{live.kernel_url}api/kernelspecs", token)[0] == 404
-    assert _http(f"{live.kernel_url}api/status", token)[0] == 200
+    assert _kernel_http(live, "api/kernelspecs")[0] == 404
+    assert _kernel_http(live, "api/status")[0] == 200
 
 
-def _execute(live, code, path="docs/chapters"):
-    """Start a kernel asking for `path`, run `code` over its WebSocket, return what it printed."""
+def _proxied(live, session, path, method="POST", data=b"{}"):
+    """(status, answer) of a page's request to the kernels' API through the book server, with `session`."""
+    status, _, body = _raw(live, f"/_live/api/kernels{path}", [*_page_headers(live), ("X-Live-Session", session)],
+                           method=method, body=data)
+    return status, json.loads(body) if body else None
+
+
+def _execute(live, code, path="docs/chapters", session=None):
+    """Start a kernel through the book server (asking for `path`), as a page holding `session` (default: a new
+    one) does, run `code` over its WebSocket, return what it printed."""
     import asyncio
     import concurrent.futures
     import uuid
@@ -567,21 +680,22 @@ def _execute(live, code, path="docs/chapters"):
     from tornado.httpclient import HTTPRequest
     from tornado.websocket import websocket_connect
 
-    token = {"Authorization": f"token {live.token}", "Content-Type": "application/json"}
-    status, body = _http(f"{live.kernel_url}api/kernels", token, method="POST",
-                         data=json.dumps({"name": "python3", "path": path}).encode())
-    assert status == 201, status
-    kernel = json.loads(body)["id"]
+    session = session or _session(live)[1]
+    status, answer = _proxied(live, session, "", data=json.dumps({"name": "python3", "path": path}).encode())
+    assert status == 201, (status, answer)
+    kernel = answer["id"]
 
     async def run():
-        url = f"ws://127.0.0.1:{live.kernel_port}/api/kernels/{kernel}/channels?token={live.token}"
-        socket = await websocket_connect(HTTPRequest(url, headers={"Origin": live.origin}))
+        url = f"ws://127.0.0.1:{live.httpd.server_address[1]}/_live/api/kernels/{kernel}/channels?session_id=x"
+        socket = await websocket_connect(HTTPRequest(url, headers={"Origin": live.origin}),
+                                         subprotocols=["attention-ref-live", f"live-session.{session}"])
+        assert socket.selected_subprotocol == "attention-ref-live"
         msg_id = uuid.uuid4().hex
         socket.write_message(json.dumps({
             "header": {"msg_id": msg_id, "msg_type": "execute_request", "session": uuid.uuid4().hex,
                        "username": "", "date": "2026-01-01T00:00:00Z", "version": "5.3"},
             "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
-            "content": {"code": code, "silent": False, "store_history": False, "user_expressions": {},
+            "content": {"code": code, "silent": False, "store_history": True, "user_expressions": {},
                         "allow_stdin": False, "stop_on_error": True}}))
         printed = []
         while True:
@@ -603,7 +717,7 @@ def _execute(live, code, path="docs/chapters"):
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             return pool.submit(lambda: asyncio.run(run())).result()
     finally:
-        _http(f"{live.kernel_url}api/kernels/{kernel}", token, method="DELETE")
+        assert _proxied(live, session, f"/{kernel}", method="DELETE", data=None)[0] == 200
 
 
 @pytest.mark.parametrize("path", ["docs/chapters", "", "../../../etc", "/etc", "benchmarks"])
@@ -637,6 +751,83 @@ def test_the_chapters_runtime_files_are_in_the_scratch_folder():
             if target.is_file():
                 opened.add(target.relative_to(ROOT).as_posix())
     assert opened and opened <= set(module.RUNTIME_FILES), opened - set(module.RUNTIME_FILES)
+
+
+def _kernel_handshake(live, kernel, session, origin=None, keep=False):
+    """The book server's answer to a WebSocket handshake for `kernel` offering `session`, from `origin`."""
+    return _handshake(live, kernel, origin or live.origin, book=True, keep=keep,
+                      protocols=[SUBPROTOCOL, f"live-session.{session}"])
+
+
+def _framing_forbidden(headers):
+    return (headers["Content-Security-Policy"] == "frame-ancestors 'none'"
+            and headers["X-Frame-Options"] == "DENY")
+
+
+def test_a_session_reaches_only_its_own_kernels(live):
+    mine, other = _session(live)[1], _session(live)[1]
+    status, answer = _proxied(live, mine, "")
+    assert status == 201 and set(answer) == {"id", "name"}, answer
+    kernel = answer["id"]
+    nobodys = _a_kernel(live)  # started at the kernel server itself
+    try:
+        for session, target in ((other, kernel), (mine, nobodys)):
+            assert _proxied(live, session, f"/{target}/restart")[0] == 404
+            assert _proxied(live, session, f"/{target}", method="DELETE", data=None)[0] == 404
+            assert _kernel_handshake(live, target, session)[0] == 403
+            status, _, _ = _raw(live, "/_live/release", [*_page_headers(live), ("X-Live-Session", session)],
+                                method="POST", body=json.dumps({"kernel": target}).encode())
+            assert status == 404
+        # Its own kernel, but from a page of another origin, without fetch metadata, or without the subprotocol.
+        assert _kernel_handshake(live, kernel, mine, origin="http://127.0.0.1:9")[0] == 403
+        assert _handshake(live, kernel, live.origin, book=True, protocols=[f"live-session.{mine}"])[0] == 400
+        status, _, _ = _raw(live, f"/_live/api/kernels/{kernel}/restart", [("X-Live-Session", mine)],
+                            method="POST", body=b"{}")
+        assert status == 403
+        # The list of kernels, and anything else of the kernel server, is not passed on.
+        for path, method in (("", "GET"), (f"/{kernel}", "GET"), ("/../status", "GET"), ("/../../status", "GET"),
+                             (f"/{kernel}/interrupt", "POST")):
+            assert _proxied(live, mine, path, method=method)[0] == 404, path
+        assert {kernel, nobodys} <= _kernels(live)
+        status, answer = _proxied(live, mine, f"/{kernel}/restart")
+        assert status == 200 and answer["id"] == kernel
+        status, headers = _kernel_handshake(live, kernel, mine)
+        assert status == 101 and headers["Sec-WebSocket-Protocol"] == SUBPROTOCOL and _framing_forbidden(headers)
+    finally:
+        _delete_kernel(live, kernel)
+        _delete_kernel(live, nobodys)
+
+
+def test_an_expired_session_loses_its_kernels_at_once(live):
+    """When a session expires, its requests are refused at once, its open WebSocket is closed and its kernel is
+    shut down: the credential dies with the session."""
+    session = _session(live)[1]
+    status, answer = _proxied(live, session, "")
+    assert status == 201
+    kernel = answer["id"]
+    status, _, (socket_, response) = _kernel_handshake(live, kernel, session, keep=True)
+    assert status == 101
+    try:
+        with live.gate.lock:  # idle for longer than a session may be (the gate's clock, moved on)
+            live.gate.sessions[session] -= live.gate.session_idle + 1
+        assert _proxied(live, session, f"/{kernel}/restart")[0] == 403
+        socket_.settimeout(10)
+        start = time.monotonic()
+        try:
+            while socket_.recv(65536):  # what the kernel sent before, then the end
+                assert time.monotonic() - start < 10
+        except ConnectionResetError:
+            pass
+        deadline = time.monotonic() + 30
+        while kernel in _kernels(live) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert kernel not in _kernels(live)
+        assert _kernel_handshake(live, kernel, session)[0] == 403
+        assert any("session expired" in notice for notice in printed), printed[-3:]
+    finally:
+        socket_.close()
+        response.close()
+        _delete_kernel(live, kernel)
 
 
 # -- The book server's locks: raw HTTP, as another process on this machine can send it ---------------------------
@@ -698,7 +889,7 @@ def test_a_printed_link_lets_one_tab_in_once(live):
     assert len(printed) == before + 1 and "used" in printed[-1] and "live-key" not in printed[-1], printed[-1]
     assert _trade(live, link)[0] == 403  # spent
     status, headers, body = _raw(live, "/_live/config.json", [session, SAME_ORIGIN])
-    assert status == 200 and json.loads(body)["token"] == live.token
+    assert status == 200 and json.loads(body) == {"base_url": f"{live.origin}/_live/"}
     assert headers["Cache-Control"] == "no-store" and "Set-Cookie" not in headers
     # A new link makes the one before it worthless, used or not.
     older, newer = live.new_link(), live.new_link()
@@ -789,6 +980,25 @@ def test_pages_read_without_a_session(live):
         assert _raw(live, target)[0] == 200, target
 
 
+def test_every_answer_forbids_framing(live):
+    """Whatever the answer (a page, a redirect, an error, a refusal, the session's), no page of another origin may
+    frame it."""
+    port = live.httpd.server_address[1]
+    session = _session(live)
+    cases = [("/", [], None, "GET"), (f"/{CHAPTER}", [], None, "GET"), ("/", [], f"localhost:{port}", "GET"),
+             ("/%zz", [], None, "GET"), ("/_live/config.json", [], None, "GET"),
+             ("/_live/config.json", [session, SAME_ORIGIN], None, "GET"), ("/nothing.html", [], None, "GET"),
+             ("/", [], None, "POST"), ("/", [], "evil.example", "GET"), ("/", [], None, "PUT"),
+             ("/", [("If-Modified-Since", "Fri, 01 Jan 2100 00:00:00 GMT")], None, "GET"),
+             ("/_live/session", _page_headers(live), None, "POST"), ("/", [], None, "HEAD")]
+    seen = set()
+    for target, headers, host, method in cases:
+        status, answer, _ = _raw(live, target, headers, host, method, b"" if method == "POST" else None)
+        assert _framing_forbidden(answer), (target, method, status, dict(answer))
+        seen.add(status)
+    assert seen == {200, 304, 307, 400, 403, 404, 405, 421, 501}, seen
+
+
 def test_links_and_sessions_expire():
     """An unused link stops working after `link_seconds` (and the terminal says so); a session after
     `session_idle` seconds without a request, counted from its last use."""
@@ -843,7 +1053,7 @@ def test_another_user_gets_no_token(live):
 @pytest.fixture
 def bare_book(tmp_path):
     """A book server alone (no kernel server) over a tiny site holding symbolic links out of it, with a read
-    timeout of 1 s."""
+    timeout of 1 s, a request deadline of 1.5 s and at most 4 connections."""
     module = ext_module("_live_server")
     site = tmp_path / "site"
     site.mkdir()
@@ -852,7 +1062,7 @@ def bare_book(tmp_path):
     (site / "out.txt").symlink_to(tmp_path / "outside.txt")
     (site / "etc").symlink_to("/etc")
     (site / "in.html").symlink_to(site / "index.html")
-    server = module.LiveServer(site, read_timeout=1)
+    server = module.LiveServer(site, read_timeout=1, request_deadline=1.5, max_connections=4)
     threading.Thread(target=server.httpd.serve_forever, daemon=True).start()
     try:
         yield server
@@ -877,17 +1087,79 @@ def test_a_silent_connection_is_closed(bare_book):
             assert time.monotonic() - start < 5
 
 
+def test_a_trickling_client_is_cut_at_the_deadline(bare_book):
+    """A client that sends a header line every 0.3 s (each within the read timeout of 1 s) is cut when the
+    request's deadline (1.5 s) passes, not served for as long as it trickles."""
+    port = bare_book.httpd.server_address[1]
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as connection:
+        start = time.monotonic()
+        connection.sendall(f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n".encode())
+        stop = threading.Event()
+
+        def trickle():
+            while not stop.wait(0.3):
+                try:
+                    connection.sendall(b"X-Trickle: 1\r\n")
+                except OSError:
+                    return
+
+        threading.Thread(target=trickle, daemon=True).start()
+        try:
+            try:
+                assert connection.recv(1024) == b""  # closed, with no answer
+            except ConnectionResetError:
+                pass
+            cut = time.monotonic() - start
+        finally:
+            stop.set()
+    assert 1.2 < cut < 4, cut
+
+
+def test_one_connection_over_the_cap_is_refused_at_once(bare_book):
+    port = bare_book.httpd.server_address[1]
+    held = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(4)]
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as extra:
+            start = time.monotonic()
+            answer = extra.recv(4096)
+            assert time.monotonic() - start < 0.5
+        assert answer.startswith(b"HTTP/1.1 503 ") and b"X-Frame-Options: DENY" in answer, answer
+    finally:
+        for connection in held:
+            connection.close()
+    deadline = time.monotonic() + 10
+    while True:  # the held connections' threads end: connections are accepted again
+        try:
+            if _raw(bare_book, "/")[0] == 200:
+                break
+        except (OSError, http.client.HTTPException):
+            pass
+        assert time.monotonic() < deadline, "the server did not accept connections again"
+        time.sleep(0.1)
+
+
 def test_make_serve_prints_a_link_that_works_once_and_expires(tmp_path):
     """The program `make serve` runs: its printed link lets in once, then the terminal gets a notice, not a
     link; Enter prints a new link, which expires unused; at stop its private folder (the kernel server's log,
-    connection files and sockets) is deleted."""
+    connection files and sockets) is deleted, and a run that ran code (with history, and matplotlib) created
+    nothing outside it: its home and temporary folders (given to it empty) are empty again."""
     if not (SITE / CHAPTER).is_file():
         _missing(f"the built book ({SITE}; run `make docs`)")
     ext_module("_live_server", "jupyter_server")
     import queue
+    import shutil
+    import tempfile
 
+    # Short: a Unix socket's path has at most 107 bytes, and the run's sockets are in its temporary folder.
+    outside = Path(tempfile.mkdtemp(prefix="arl-", dir="/tmp" if os.path.isdir("/tmp") else None))
+    home, temporary = outside / "home", outside / "tmp"
+    home.mkdir()
+    temporary.mkdir()
+    env = {**os.environ, "HOME": str(home), "TMPDIR": str(temporary)}
+    for name in ("IPYTHONDIR", "MPLCONFIGDIR", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME"):
+        env.pop(name, None)
     process = subprocess.Popen([sys.executable, str(EXT / "_live_server.py"), "--port", "0", "--link-seconds", "3",
-                                str(SITE)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                str(SITE)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
                                stderr=subprocess.STDOUT, text=True)
     lines: queue.Queue[str] = queue.Queue()
     reader = threading.Thread(target=lambda: [lines.put(line) for line in process.stdout], daemon=True)
@@ -912,10 +1184,12 @@ def test_make_serve_prints_a_link_that_works_once_and_expires(tmp_path):
                                                   "same-origin", "Origin": f"http://127.0.0.1:{port}"})
         try:
             with urllib.request.urlopen(request, timeout=30) as response:
+                sessions.append(json.loads(response.read())["session"])
                 return response.status
         except urllib.error.HTTPError as error:
             return error.code
 
+    sessions = []
     try:
         run_dir = Path(next_line(r"log, deleted at stop: (\S+)\)").group(1)).parent
         assert run_dir.stat().st_mode & 0o777 == 0o700
@@ -924,6 +1198,14 @@ def test_make_serve_prints_a_link_that_works_once_and_expires(tmp_path):
         notice = next_line(r"used")
         assert "live-key" not in notice.string and "Enter" in notice.string
         assert trade(link) == 403
+        port = int(re.search(r":(\d+)/", link).group(1))
+        served = types.SimpleNamespace(httpd=types.SimpleNamespace(server_address=(HOST, port)),
+                                       origin=f"http://{HOST}:{port}", url=f"http://{HOST}:{port}/")
+        found = _execute(served, session=sessions[0], code=(
+            "import matplotlib\nmatplotlib.use('agg')\nimport matplotlib.pyplot as plt\nplt.plot([1, 2])\n"
+            "plt.savefig('figure.png')\nimport tempfile\ntempfile.mkstemp()\n"
+            "print(get_ipython().history_manager.hist_file)"))
+        assert found.strip() == ":memory:", found
         process.stdin.write("\n")
         process.stdin.flush()
         fresh = next_line(r"http://127\.0\.0\.1:\d+/#live-key=[\w-]+").group(0)
@@ -938,6 +1220,9 @@ def test_make_serve_prints_a_link_that_works_once_and_expires(tmp_path):
         process.stdout.close()
         process.stdin.close()
     assert not run_dir.exists(), sorted(run_dir.rglob("*"))
+    left = sorted(str(path.relative_to(outside)) for folder in (home, temporary) for path in folder.rglob("*"))
+    shutil.rmtree(outside)
+    assert left == [], left
 
 
 # -- In Chromium: the reader not yet let in, and pages of other origins ---------------------------------------------
@@ -987,10 +1272,13 @@ window.attack = (async () => {
     const response = await fetch(CONFIG, { credentials: "include", mode: "no-cors" });
     found.opaque = (await response.text()).length;
   } catch (error) { found.opaque = "blocked"; }
-  let token = TOKEN;
-  try { token = JSON.parse(found.config).token || token; } catch (error) {}
+  try {
+    const response = await fetch(CONFIG, { headers: { "X-Live-Session": SESSION } });
+    found.withSession = await response.text();
+  } catch (error) { found.withSession = "blocked"; }
   found.socket = await new Promise((resolve) => {
-    const socket = new WebSocket(KERNEL + "api/kernels/" + KERNEL_ID + "/channels?token=" + token);
+    const socket = new WebSocket(SOCKET + "_live/api/kernels/" + KERNEL_ID + "/channels",
+                                 ["attention-ref-live", "live-session." + SESSION]);
     socket.onopen = () => resolve("open");
     socket.onerror = () => resolve("refused");
   });
@@ -999,40 +1287,40 @@ window.attack = (async () => {
 </script></body></html>"""
 
 
-def _attack_page(config, live, kernel, token):
-    """The attacker's page: fetch `config`, then open `kernel`'s WebSocket with the token read there, else `token`."""
-    socket = live.kernel_url.replace("http:", "ws:")
-    return (ATTACK.replace("CONFIG", json.dumps(config)).replace("TOKEN", json.dumps(token))
-            .replace("KERNEL_ID", json.dumps(kernel)).replace("KERNEL", json.dumps(socket)))
+def _attack_page(config, live, kernel, session):
+    """The attacker's page: fetch `config` without and with `session`, then open `kernel`'s WebSocket at the book
+    server offering `session`."""
+    socket = live.url.replace("http:", "ws:")
+    return (ATTACK.replace("CONFIG", json.dumps(config)).replace("SESSION", json.dumps(session))
+            .replace("KERNEL_ID", json.dumps(kernel)).replace("SOCKET", json.dumps(socket)))
 
 
 def _a_kernel(live):
-    status, body = _http(f"{live.kernel_url}api/kernels", {"Authorization": f"token {live.token}",
-                                                           "Content-Type": "application/json"},
-                         method="POST", data=b'{"name": "python3"}')
+    """A kernel started at the kernel server itself (no page's session reaches it)."""
+    status, body, _ = _kernel_http(live, "api/kernels", {"Content-Type": "application/json"}, method="POST",
+                                   data=b'{"name": "python3"}')
     assert status == 201
     return json.loads(body)["id"]
 
 
 def _kernels(live):
     """The ids of the kernels the kernel server runs."""
-    status, body = _http(f"{live.kernel_url}api/kernels", {"Authorization": f"token {live.token}"})
+    status, body, _ = _kernel_http(live, "api/kernels")
     assert status == 200
     return {kernel["id"] for kernel in json.loads(body)}
 
 
 def _delete_kernel(live, kernel):
-    _http(f"{live.kernel_url}api/kernels/{kernel}", {"Authorization": f"token {live.token}"}, method="DELETE")
+    _kernel_http(live, f"api/kernels/{kernel}", method="DELETE")
 
 
 @pytest.mark.browser
 def test_a_server_on_another_loopback_port_replays_the_readers_cookies_in_vain(browser, live):
     """The reader, let in and running Live code, visits a page served on another port of 127.0.0.1: the browser
     sends that server every cookie it holds for 127.0.0.1. The server replays each, with every header a
-    same-origin page sends, to the configuration and to the kernel server: no token, no kernel. The page's own
-    script cannot read the configuration, and the kernel's WebSocket refuses it even with the token."""
-    kernel = _a_kernel(live)
-    page = _attack_page(f"{live.url}_live/config.json", live, kernel, live.token)
+    same-origin page sends, to the configuration and to the kernels' API: nothing. The page's own script cannot
+    read the configuration, and the reader's kernel's WebSocket refuses it even with the reader's session."""
+    page = None
     received = []  # the Cookie header of each request the attacker's server got (None: no cookie)
 
     class Attacker(http.server.BaseHTTPRequestHandler):
@@ -1056,29 +1344,28 @@ def test_a_server_on_another_loopback_port_replays_the_readers_cookies_in_vain(b
         seen.open(urljoin(live.url, CHAPTER))
         status = _press_live_code(seen)
         assert seen.page.evaluate("attentionRefLiveCode.state") == "ready", status
+        kernel = seen.page.evaluate("attentionRefLiveCode.kernelId")
+        session = seen.page.evaluate("sessionStorage.getItem('attentionRefLiveSession')")
+        page = _attack_page(f"{live.url}_live/config.json", live, kernel, session)
         answered.clear()
         seen.page.goto(f"http://127.0.0.1:{attacker.server_address[1]}/attack.html")
         found = seen.page.evaluate("window.attack")
         assert found["config"] == "blocked" and found["opaque"] == 0, found
-        assert found["socket"] == "refused", found
-        asked = [status for target, status, _ in answered if target == "/_live/config.json"]
-        assert asked == [403, 403], asked
+        assert found["withSession"] == "blocked" and found["socket"] == "refused", found
+        asked = [status for target, status, _ in answered if target.startswith("/_live/")]
+        assert asked and set(asked) <= {403, 501}, asked  # 501: the preflight, never granted
         assert received, "the attacker's server got no request"
         for cookie in {c for c in received if c}:
             same_origin = [("Cookie", cookie), SAME_ORIGIN, ("Origin", live.origin), ("Referer", live.url)]
             status, _, body = _raw(live, "/_live/config.json", same_origin)
             assert status == 403 and live.token.encode() not in body, (cookie, status)
-            with_cookie = {"Cookie": cookie, "Origin": live.origin, "Referer": live.url}
-            assert _http(f"{live.kernel_url}api/kernels", with_cookie)[0] == 403, cookie
-            status, _ = _http(f"{live.kernel_url}api/kernels", {**with_cookie, "Content-Type": "application/json",
-                                                                "X-XSRFToken": "x", "Cookie": f"{cookie}; _xsrf=x"},
-                              method="POST", data=b'{"name": "python3"}')
-            assert status in (403, 404), (cookie, status)
+            status, _, body = _raw(live, "/_live/api/kernels", [("Cookie", f"{cookie}; _xsrf=x"), SAME_ORIGIN,
+                                   ("Origin", live.origin), ("X-XSRFToken", "x")], method="POST", body=b"{}")
+            assert status == 403, (cookie, status)
     finally:
         _leave(seen)
         attacker.shutdown()
         attacker.server_close()
-        _delete_kernel(live, kernel)
 
 
 @pytest.mark.browser
@@ -1110,9 +1397,8 @@ def test_the_kernel_cap_holds_and_the_page_says_so(browser, live):
     try:
         while len(_kernels(live)) < MAX_KERNELS:
             started.append(_a_kernel(live))
-        status, body = _http(f"{live.kernel_url}api/kernels", {"Authorization": f"token {live.token}",
-                                                               "Content-Type": "application/json"},
-                             method="POST", data=b'{"name": "python3"}')
+        status, body, _ = _kernel_http(live, "api/kernels", {"Content-Type": "application/json"},
+                                       method="POST", data=b'{"name": "python3"}')
         assert status == 429 and "limit" in json.loads(body)["message"], (status, body)
         assert len(_kernels(live)) == MAX_KERNELS
         seen = Visit(browser, "about:blank", "light")
@@ -1166,11 +1452,103 @@ def test_a_dns_rebinding_page_gets_nothing(browser, live):
         seen.page.goto(f"{evil}attack.html")
         found = seen.page.evaluate("window.attack")
         assert live.token not in json.dumps(found), found
-        assert [status for url, status in answers if "_live/config.json" in url] == [421, 421], answers
+        assert [status for url, status in answers if "_live/config.json" in url] == [421] * 3, answers
         assert found["socket"] == "refused", found
     finally:
         seen.close()
         _delete_kernel(live, kernel)
+
+
+FRAME = """<!doctype html><html lang="en"><title>frame</title><body>
+<iframe title="the book" src="SRC" width="800" height="600"></iframe></body></html>"""
+
+
+@pytest.mark.browser
+def test_a_framed_book_does_nothing_with_a_key_or_a_session(browser, live):
+    """A page of another port frames a chapter: the browser refuses (frame-ancestors 'none'). Even framed where
+    the headers are stripped, in a page of the book's own origin whose tab holds a session, the chapter's script
+    neither trades the key in its address nor sends the session."""
+    seen = Visit(browser, "about:blank", "light")
+    try:
+        _let_in(seen, live)
+        page = FRAME.replace("SRC", urljoin(live.url, CHAPTER)).encode()
+
+        class Attacker(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(page)))
+                self.end_headers()
+                self.wfile.write(page)
+
+            def log_message(self, format, *args):
+                pass
+
+        attacker = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Attacker)
+        threading.Thread(target=attacker.serve_forever, daemon=True).start()
+        try:
+            seen.page.goto(f"http://127.0.0.1:{attacker.server_address[1]}/frame.html")
+            seen.page.wait_for_function("() => document.readyState === 'complete'")
+            frame = seen.page.frames[-1]
+            frame.wait_for_load_state()
+            assert frame.url.startswith("chrome-error:"), frame.url  # refused: the browser shows its error page
+        finally:
+            attacker.shutdown()
+            attacker.server_close()
+
+        def unframed(route):  # the chapter as a server without the headers would send it
+            response = route.fetch()
+            headers = {k: v for k, v in response.headers.items()
+                       if k.lower() not in ("content-security-policy", "x-frame-options")}
+            route.fulfill(response=response, headers=headers)
+
+        key_link = live.new_link()
+        key = key_link.split("#live-key=")[1]
+        own = f"{live.url}framing.html"
+        seen.page.route(own, lambda route: route.fulfill(status=200, content_type="text/html",
+                                                         body=FRAME.replace("SRC", f"/{CHAPTER}#live-key={key}")))
+        seen.page.route(f"{live.url}{CHAPTER}", unframed)
+        answered.clear()
+        seen.page.goto(own)
+        frame = seen.page.frame(url=re.compile(re.escape(CHAPTER)))
+        frame.wait_for_function("typeof attentionRefLiveCode !== 'undefined'")
+        assert frame.evaluate("attentionRefLiveCode.admitted") is False
+        assert frame.evaluate("sessionStorage.getItem('attentionRefLiveSession')")  # the tab's session is there
+        frame.get_by_role("button", name="Live code", exact=True).click()
+        frame.wait_for_function("() => attentionRefLiveCode.state === 'failed'")
+        assert "inside another page" in frame.locator(".live-code-status").inner_text()
+        assert not [target for target, _, _ in answered if target.startswith("/_live/")], answered
+        assert _trade(live, key_link)[0] == 200  # the key in the frame's address was left unused
+    finally:
+        _leave(seen)
+
+
+def test_no_credential_in_any_log(live):
+    """After requests that fail, are refused or come after their session expired (here and in the tests before),
+    neither the kernel server's log nor the notices for the terminal hold the kernel server's token, a session
+    or a key."""
+    sessions = [_session(live)[1], _session(live)[1], *live.gate.sessions]
+    link = live.new_link()
+    keys = [link.split("#live-key=")[1]]
+    assert _trade(live, link)[0] == 200 and _trade(live, link)[0] == 403  # spent
+    assert _proxied(live, "wrong", "")[0] == 403
+    kernel = _proxied(live, sessions[0], "")[1]["id"]
+    assert _kernel_handshake(live, "00000000-0000-0000-0000-000000000000", sessions[0])[0] == 403
+    assert _proxied(live, sessions[0], f"/{kernel}", method="DELETE", data=None)[0] == 200
+    assert _kernel_handshake(live, kernel, sessions[0])[0] == 403  # a deleted kernel's channels
+    assert _handshake(live, kernel, live.origin)[0] == 404  # the same, at the kernel server
+    assert _kernel_http(live, f"api/kernels/{kernel}")[0] == 404
+    assert _kernel_http(live, "api/kernels", {"Authorization": "token wrong"}, token=False)[0] == 403
+    assert _kernel_http(live, "api/kernels", {"Origin": "http://127.0.0.1:9"})[0] == 404
+    with live.gate.lock:  # the second session expires
+        live.gate.sessions[sessions[1]] -= live.gate.session_idle + 1
+    assert _proxied(live, sessions[1], "")[0] == 403
+    time.sleep(0.5)  # the kernel server's last lines written
+    log = Path(live.log.name).read_text()
+    assert " 403 " in log and " 404 " in log, log[-2000:]  # the failures are in the log
+    notices = "\n".join(printed)
+    for secret in [live.token, *sessions, *keys]:
+        assert secret not in log and secret not in notices
 
 
 # -- Hosted: launch links for a known repository ---------------------------------------------------------------

@@ -6,11 +6,13 @@ launch menu only when a repository is configured. Here the button is in every no
 client is the book's own small script (``_static/live_code.js``, no third-party code), and nothing is fetched
 until the reader presses the button. The kernel then comes from, in order:
 
-* the server ``make serve`` runs (``_live_server.py``): the page asks it for ``_live/config.json``, which holds
-  the kernel server's address and its random token, exists only while that server runs, and answers only a tab
-  that opened the one-time link the server printed (the script trades the key in the link's fragment for a
-  session kept in the tab's ``sessionStorage`` and sent in a header: no cookie, which a browser would also send
-  to every other port of the host); the page's kernel is deleted when the page goes away;
+* the server ``make serve`` runs (``_live_server.py``): the page asks it for ``_live/config.json``, which
+  exists only while that server runs and answers only a tab that opened the one-time link the server printed
+  (the script trades the key in the link's fragment for a session kept in the tab's ``sessionStorage`` and sent
+  in a header, or as a WebSocket subprotocol: no cookie, which a browser would also send to every other port of
+  the host); the kernels are then reached through that server (``_live/api/kernels``), which holds the kernel
+  server's token, so the page never does; the page's kernel is deleted when the page goes away; in a page framed
+  by another the script uses no key or session;
 * Binder, when the build knows the repository (see below): the page asks Binder to start the repository;
 * nothing: the page then says so, and how to get a kernel, in the status line under the button.
 

@@ -6,9 +6,12 @@
  * fragment, which the browser sends to no server. This script, on the page the link opens, removes it from the
  * address and trades it (POST _live/session, key in a header) for a session secret kept in sessionStorage, which
  * only pages of this origin (scheme, host and port) can read: no cookie, which a browser would also send to
- * every other port of the host. _live/config.json answers the kernel server's address and token to a request
- * carrying that secret in a header; to any other, 403, and the page says how to get in. A page's kernel is
- * deleted when the page goes away (POST _live/release with keepalive on pagehide).
+ * every other port of the host. The kernels are reached through `make serve` itself (_live/api/kernels), with
+ * that secret in a header (or, for a WebSocket, which takes no header, as a subprotocol): the page never holds
+ * the kernel server's token, and no secret goes in a URL. Without a live session the server answers 403, and
+ * the page says how to get in. A page's kernel is deleted when the page goes away (POST _live/release with
+ * keepalive on pagehide). In a page framed by another (which `make serve` forbids: frame-ancestors 'none'),
+ * this script reads no key and uses no session.
  * The cells are edited in CodeMirror 6, loaded with the button from the vendored bundle _static/live_editor.js
  * (MIT; built from vendor/live_editor/), coloured by the page's own Pygments classes; if that bundle cannot be
  * loaded, in plain text boxes. This file is the book's own code (BSD-3-Clause, like the rest of the repository). */
@@ -28,8 +31,15 @@
     "that opened the link it printed in its terminal (ORIGIN/#live-key=…), and its session lasts until it is " +
     "left unused for a while. Press Enter in that terminal for a new link, then open it in this tab to use " +
     "Live code here; each link works once, for a few minutes. The book reads normally without it.";
+  const FRAMED = "Live code does not run in a page shown inside another page. Open the book in a tab of its own.";
   const SESSION = "attentionRefLiveSession"; // sessionStorage key: this tab's session with `make serve`
-  const session = () => { try { return sessionStorage.getItem(SESSION); } catch (error) { return null; } };
+  const SUBPROTOCOL = "attention-ref-live"; // the kernel WebSocket's subprotocol at `make serve`
+  // Inside a frame a page may be another site's bait (clickjacking): no key is read and no session used there.
+  const framed = (() => { try { return window.top !== window.self; } catch (error) { return true; } })();
+  const session = () => {
+    if (framed) return null;
+    try { return sessionStorage.getItem(SESSION); } catch (error) { return null; }
+  };
 
   // An error the status line shows; a `complete` one is a whole explanation, shown without "Live code failed:".
   class LiveError extends Error {
@@ -89,6 +99,7 @@
 
   // A link of `make serve` opened in this tab: its key, out of the address, traded for a session.
   async function letIn() {
+    if (framed) return false;
     const found = /^#live-key=([\w-]{1,128})$/.exec(location.hash);
     if (!found) return false;
     history.replaceState(history.state, "", location.pathname + location.search);
@@ -105,6 +116,7 @@
   }
 
   async function localServer() {
+    if (framed) throw new LiveError(FRAMED, true);
     let response;
     const secret = session();
     try {
@@ -117,7 +129,8 @@
     if (response.status === 403) throw new LiveError(NOT_LET_IN.replace("ORIGIN", location.origin), true);
     if (!response.ok) return null;
     const found = await response.json();
-    return { where: "this machine", baseUrl: found.base_url, token: found.token, local: true };
+    return { where: "this machine", baseUrl: new URL(found.base_url, location.href).href, local: true,
+             headers: { "X-Live-Session": secret }, protocols: [SUBPROTOCOL, `live-session.${secret}`] };
   }
 
   // The page's kernel is deleted when the page goes away: a same-origin request the browser still sends.
@@ -140,6 +153,7 @@
         if (message.phase === "ready") {
           events.close();
           resolve({ where: "Binder", baseUrl: message.url, token: message.token,
+                    headers: { Authorization: `token ${message.token}` },
                     path: joinPath(binder.path_to_docs, pageDir) });
         } else if (message.phase === "failed") {
           events.close();
@@ -169,7 +183,7 @@
     async request(method, path, body) {
       const response = await fetch(new URL(path, this.server.baseUrl), {
         method,
-        headers: { Authorization: `token ${this.server.token}`, "Content-Type": "application/json" },
+        headers: { ...this.server.headers, "Content-Type": "application/json" }, cache: "no-store",
         body: body === undefined ? undefined : JSON.stringify(body),
       });
       if (!response.ok) {
@@ -188,8 +202,8 @@
       const url = new URL(`api/kernels/${this.id}/channels`, this.server.baseUrl);
       url.protocol = url.protocol === "https:" ? "wss:" : "ws:";
       url.searchParams.set("session_id", this.session);
-      url.searchParams.set("token", this.server.token);
-      this.socket = new WebSocket(url);
+      if (this.server.token) url.searchParams.set("token", this.server.token); // Binder's server only
+      this.socket = new WebSocket(url, this.server.protocols || []);
       this.socket.onmessage = (event) => this.receive(JSON.parse(event.data));
       await new Promise((resolve, reject) => {
         this.socket.onopen = resolve;
