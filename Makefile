@@ -69,8 +69,9 @@ $(LIVE_STAMP): pyproject.toml $(LOCK)/live.txt $(DOCS_STAMP)
 	$(PIP) -e '.[docs,live]' -c $(LOCK)/live.txt
 	@touch $@
 
-## The book (built first if anything changed) on http://127.0.0.1:$(PORT)/ with a Jupyter kernel server beside it
-## for the pages' "Live code" button (loopback only, a random token per run). Ctrl-C stops both.
+## The book (built first if anything changed) on http://127.0.0.1:$(PORT)/, with a Jupyter kernel server behind it
+## for the pages' "Live code" button (one TCP port, loopback only; the kernel server on a private Unix socket, reached
+## through the book server's session check). Ctrl-C stops both.
 PORT ?= 8000
 serve: $(LIVE_STAMP) docs
 	$(PY) docs/_ext/_live_server.py --port $(PORT) $(BUILD)/html
