@@ -59,10 +59,13 @@ EMBEDDED = {
     "benchmarks/results.json": r'json\.loads\(Path\("(?:\.\./)+benchmarks/results\.json"\)\.read_text\(\)\)',
     # Read by the pages that compare with PyTorch or JAX where they are missing (attention_ref.records).
     "docs/chapters/frameworks_record.json": r"json\.loads\(RECORD_FILE\.read_text\(\)\)",
+    # Read by the testing page: the checkers' record on GPU kernels and their measured sensitivity.
+    "docs/chapters/gpu_record.json": r"json\.loads\(GPU_RECORD_FILE\.read_text\(\)\)",
+    "docs/chapters/sensitivity_record.json": r"json\.loads\(SENSITIVITY_FILE\.read_text\(\)\)",
 }
 # What the chapters import beyond attention_ref and its own requirements, and the pip name of each. The setup
 # cell checks for the ones a notebook imports.
-OPTIONAL = {"ml_dtypes": "ml_dtypes"}
+OPTIONAL = {"ml_dtypes": "ml_dtypes", "hypothesis": "hypothesis"}
 SETUP_CELL = """\
 # This notebook is a page of the attention_ref book. This cell checks that what it needs can be imported.
 import importlib
