@@ -40,10 +40,14 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ENVIRONMENT_VARIABLE", "FrameworkRecord"]
+__all__ = ["ENVIRONMENT_VARIABLE", "FrameworkRecord", "same_to_rounding"]
 
 #: Names a file for a live run to write its page's section to.
 ENVIRONMENT_VARIABLE = "FRAMEWORKS_RECORD"
+#: A live result within this many float64 units of rounding (of the larger magnitude, at least 1) of the
+#: recorded one is shown as recorded: the last bits of a float64 difference move with the machine's BLAS and
+#: vector units, and a page must read the same on every machine and every channel.
+ROUNDING_ULPS = 8
 #: How the notes name each framework (by its import name).
 DISPLAY_NAMES = {"torch": "PyTorch", "jax": "JAX", "transformers": "Hugging Face transformers"}
 
@@ -82,6 +86,24 @@ def _recent_enough(name: str, minimum: str | None) -> bool:
         return True
     version = installed_version(name)
     return version is not None and version != "" and _release(version) >= _release(minimum)
+
+
+def same_to_rounding(recorded, live) -> bool:
+    """Whether `live` equals `recorded` up to float64 rounding (`ROUNDING_ULPS`), value by value.
+
+    Numbers compare by ``|a - b| <= ROUNDING_ULPS * 2**-52 * max(1, |a|, |b|)``; strings, booleans and
+    ``None`` exactly; lists and dicts entry by entry, with the same length and keys.
+    """
+    if isinstance(recorded, bool) or isinstance(live, bool) or recorded is None or live is None:
+        return recorded == live
+    if isinstance(recorded, (int, float)) and isinstance(live, (int, float)):
+        a, b = float(recorded), float(live)
+        return abs(a - b) <= ROUNDING_ULPS * 2.0**-52 * max(1.0, abs(a), abs(b))
+    if isinstance(recorded, Mapping) and isinstance(live, Mapping):
+        return recorded.keys() == live.keys() and all(same_to_rounding(recorded[k], live[k]) for k in recorded)
+    if isinstance(recorded, (list, tuple)) and isinstance(live, (list, tuple)):
+        return len(recorded) == len(live) and all(same_to_rounding(a, b) for a, b in zip(recorded, live, strict=True))
+    return recorded == live
 
 
 class FrameworkRecord:
@@ -123,19 +145,25 @@ class FrameworkRecord:
             _release(minimum)
         self.live = all(_installed(name) and _recent_enough(name, at_least.get(name)) for name in self.needs)
         self.measured: dict[str, Any] = {}
+        self._cases: Mapping[str, Any] = recorded[page]["cases"] if page in recorded else {}
         if self.live:
-            self._cases: Mapping[str, Any] = {}
             self.versions = {name: importlib.metadata.version(name) for name in (*self.needs, "numpy", "attention_ref")}
         else:
             if page not in recorded:
                 raise ValueError(f"the record has no section for page {page!r}; it has {sorted(recorded)}")
-            self._cases = recorded[page]["cases"]
             self.versions = dict(recorded[page]["versions"])
 
     def take(self, case: str, run: Callable[[], Any]) -> Any:
-        """The results of `case`: ``run()`` when live, the recorded ones otherwise (kept in `measured` too)."""
+        """The results of `case`: ``run()`` when live, the recorded ones otherwise (kept in `measured` too).
+
+        A live result equal to the recorded one up to float64 rounding (`same_to_rounding`) is returned as
+        recorded, so that the page reads the same on every machine; any other live result is returned as
+        it came.
+        """
         if self.live:
-            self.measured[case] = run()
+            result = run()
+            recorded = self._cases.get(case)
+            self.measured[case] = recorded if recorded is not None and same_to_rounding(recorded, result) else result
         elif case in self._cases:
             self.measured[case] = self._cases[case]
         else:

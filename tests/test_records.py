@@ -110,3 +110,19 @@ def test_only_a_live_run_records(tmp_path):
     with pytest.raises(RuntimeError, match=f"{MISSING} cannot all be imported: only a live run can record"):
         record.save_if_requested({ENVIRONMENT_VARIABLE: str(tmp_path / "record.json")})
     assert not (tmp_path / "record.json").exists()
+
+
+def test_a_live_result_equal_to_rounding_reads_as_recorded_and_a_real_change_does_not():
+    from attention_ref.records import FrameworkRecord, same_to_rounding
+
+    recorded = {"page": {"versions": {"numpy": "0"}, "cases": {"c": {"diff": 3.3e-16, "row": "zeros"}}}}
+    record = FrameworkRecord("page", recorded, needs=("numpy",))
+    assert record.live
+    assert record.take("c", lambda: {"diff": 4.4e-16, "row": "zeros"}) == {"diff": 3.3e-16, "row": "zeros"}
+    assert record.take("c", lambda: {"diff": 4.4e-15, "row": "zeros"}) == {"diff": 4.4e-15, "row": "zeros"}
+    assert record.take("c", lambda: {"diff": 3.3e-16, "row": "NaN"}) == {"diff": 3.3e-16, "row": "NaN"}
+    assert record.take("new", lambda: {"diff": 1.0}) == {"diff": 1.0}
+    assert same_to_rounding([1.0, {"a": 2.0}], (1.0 + 2**-52, {"a": 2.0}))
+    assert not same_to_rounding({"a": 1.0}, {"a": 1.0, "b": 2.0})
+    assert not same_to_rounding(1.0, 1.0 + 1e-12)
+    assert not same_to_rounding(True, 1.0)
