@@ -95,7 +95,7 @@ def same_to_rounding(recorded, live) -> bool:
     ``None`` exactly; lists and dicts entry by entry, with the same length and keys.
     """
     if isinstance(recorded, bool) or isinstance(live, bool) or recorded is None or live is None:
-        return recorded == live
+        return type(recorded) is type(live) and recorded == live
     if isinstance(recorded, (int, float)) and isinstance(live, (int, float)):
         a, b = float(recorded), float(live)
         return abs(a - b) <= ROUNDING_ULPS * 2.0**-52 * max(1.0, abs(a), abs(b))
