@@ -243,8 +243,8 @@ class Problem:
     def score_magnitude(self) -> float:
         """The largest magnitude of the scores the softmax sees (finite ones), at least 1.
 
-        A float64 kernel's error grows with it (``exp`` of a score ``x`` is as exact as ``eps * |x|``), and a
-        float64 reference is no more precise than the kernel: the default `atol` of float64 scales with it.
+        A float32 or float64 kernel's error grows with it (a score ``x`` is rounded to ``eps * |x|``, and its
+        weight with it), as the baseline's does by chance: the default `atol` of those dtypes scales with it.
         """
         if self.flex is not None:
             scores = NaiveFlex(self.q64, self.k64, self.v64, np.dtype(np.float64), self.flex).scores

@@ -92,10 +92,10 @@ class AttentionProblem:
     v : ndarray, shape (B, Hkv, S, Ev)
         Values, in the dtype of `q`.
     options : dict
-        Keyword arguments of `attention_ref.scaled_dot_product_attention`
-        (and `attention_ref.blockwise_attention`): some of ``mask``,
-        ``is_causal``, ``causal_alignment``, ``window``, ``scale``,
-        ``softcap`` and ``enable_gqa``.
+        Keyword arguments of the package's scaled dot-product attention
+        and of its blockwise attention: some of ``mask``, ``is_causal``,
+        ``causal_alignment``, ``window``, ``scale``, ``softcap`` and
+        ``enable_gqa``.
 
     See Also
     --------

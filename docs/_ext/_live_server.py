@@ -56,7 +56,7 @@ TCP port, the book's, on 127.0.0.1:
   client's kernel ``name``, ``path`` and ``kernel_id`` are ignored), at most ``MAX_KERNELS`` at a time (one more
   gets 429 and a message the page shows), and one idle for ``KERNEL_IDLE_SECONDS`` without a page connected is
   shut down. The scratch folder mirrors the repository's layout with copies of the files the chapters read while
-  they run (``RUNTIME_FILES``: the figure style, the frameworks record, the benchmark record), so a reader's code
+  they run (``RUNTIME_FILES``: the figure style, the frameworks, benchmark, GPU and sensitivity records), so a reader's code
   writes there, not into the repository.
 
 What this does not stop: the browser tab that traded a link for a session (and anything that takes over that
@@ -130,7 +130,8 @@ WEBSOCKET_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"  # RFC 6455's constant f
 # What the chapters read while they run, relative to the repository (and so to the kernels' scratch root):
 # docs/chapters/matplotlibrc (the figure style, read from the working folder), frameworks.md's record,
 # performance.md's ../../benchmarks/results.json.
-RUNTIME_FILES = ("docs/chapters/matplotlibrc", "docs/chapters/frameworks_record.json", "benchmarks/results.json")
+RUNTIME_FILES = ("docs/chapters/matplotlibrc", "docs/chapters/frameworks_record.json", "benchmarks/results.json",
+                 "docs/chapters/gpu_record.json", "docs/chapters/sensitivity_record.json")
 # The client's services only: /api/status, the kernels' REST API and their WebSocket channels.
 KERNEL_SERVICES = ("api", "kernels")
 # Credentials a parent environment may carry that must not reach the kernel server or its kernels.
