@@ -253,8 +253,8 @@ def measure_case(spec: Spec, seed: int, dtype: str, kernels: dict) -> list[dict]
     grads_scale = max(float(np.max(np.abs(expected[kind][0]), initial=0.0)) for kind in ("dq", "dk", "dv"))
     # float32 and float64: the default atol of the output and the gradients grows with the largest score
     wide = dtype in ("float32", "float64")
-    scores = np.repeat(q.astype(np.float64), spec.heads // spec.kv_heads, axis=1) @ np.swapaxes(
-        np.repeat(k.astype(np.float64), spec.heads // spec.kv_heads, axis=1), -1, -2) / math.sqrt(spec.E)
+    keys = np.repeat(k.astype(np.float64), spec.heads // spec.kv_heads, axis=1)  # (B, H, S, E)
+    scores = q.astype(np.float64) @ np.swapaxes(keys, -1, -2) / math.sqrt(spec.E)
     if spec.causal:  # top-left: the scores the softmax sees
         scores = np.where(np.tri(spec.L, spec.S, dtype=bool), scores, 0.0)
     magnitude = max(1.0, float(np.abs(scores).max(initial=0.0))) if wide else 1.0

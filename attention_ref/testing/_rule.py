@@ -19,13 +19,13 @@ EPS = {"float16": 2.0**-10, "bfloat16": 2.0**-7, "float32": 2.0**-23, "float64":
 #: Default `atol` of the attention output, in units of ``eps * max|reference|`` (see assert_attention_close):
 #: chosen from benchmarks/sensitivity.py's record (docs/chapters/sensitivity_record.json), twice the most a
 #: correct kernel (PyTorch's and JAX's) needed over 200 cases a dtype, rounded up to a power of two.
-ATOL_UNITS = {"float16": 0.125, "bfloat16": 0.125, "float32": 16.0, "float64": 8.0}
+ATOL_UNITS = {"float16": 0.125, "bfloat16": 0.125, "float32": 1.0, "float64": 2.0}
 #: Default `atol` of a log-sum-exp (assert_lse_close), in units of ``eps * max|reference|`` with ``eps`` that of
 #: the kernel's inputs: a float32 log-sum-exp of bfloat16 inputs is as exact as those inputs' scores.
 ATOL_UNITS_LSE = {"float16": 1.0, "bfloat16": 1.0, "float32": 4.0, "float64": 0.125}
 #: Default `atol` of each gradient (assert_attention_grads_close), in units of ``eps * max|reference|`` with the
 #: maximum over dq, dk and dv together (a gradient that is zero in exact arithmetic has no scale of its own).
-ATOL_UNITS_GRAD = {"float16": 1.0, "bfloat16": 1.0, "float32": 128.0, "float64": 128.0}
+ATOL_UNITS_GRAD = {"float16": 1.0, "bfloat16": 1.0, "float32": 4.0, "float64": 8.0}
 #: At most this many lines of "where the failures sit"; the rest are counted.
 MAX_PLACES = 8
 
