@@ -282,15 +282,15 @@ def output_failure(actual, check: Problem, *, factor, atol, dtype, empty_rows, b
     empty = np.broadcast_to(lse == -np.inf, reference.shape[:-1])  # (..., L): no allowed key (nor sink)
     mean = check.values_mean() if empty_rows == "mean" else None
 
-    def failure(fused: bool, hint: str = "") -> str:
+    def failure(fused: bool) -> str:
         naive = np.broadcast_to(check.naive_output(judged, fused), reference.shape)
         want, naive, skip = empty_expected(reference, naive, empty, empty_rows, mean)
         return compare(actual, want, naive, factor=factor, atol=atol, units=ATOL_UNITS, dtype=judged, what=what,
-                       skip=skip, empty=empty, widened=hint or widened_hint(actual, dtype, check.inputs),
+                       skip=skip, empty=empty, widened=widened_hint(actual, dtype, check.inputs),
                        magnitude=check.score_magnitude)
 
     found = failure(fused)
-    if found and fused and judged.itemsize < 4 and not failure(False, "-"):
+    if found and fused and judged.itemsize < 4 and not failure(False):
         found += "\n" + textbook_hint(judged)
     return found
 

@@ -175,6 +175,7 @@ class Problem:
         self.q, self.k, self.v = (to_numpy(a, name) for a, name in ((q, "q"), (k, "k"), (v, "v")))
         self.options = options
         self.flex = None
+        self._magnitude: float | None = None
         if any(value is not None for value in given.values()):
             self.flex = _Flex(given, options, self.q, self.k, function)
             self.q64, self.k64, self.v64 = (as_real_array(a, n).astype(np.float64) for a, n in
@@ -246,12 +247,14 @@ class Problem:
         A float32 or float64 kernel's error grows with it (a score ``x`` is rounded to ``eps * |x|``, and its
         weight with it), as the baseline's does by chance: the default `atol` of those dtypes scales with it.
         """
-        if self.flex is not None:
-            scores = NaiveFlex(self.q64, self.k64, self.v64, np.dtype(np.float64), self.flex).scores
-        else:
-            plain = {name: value for name, value in self.plain.items() if name not in DROPOUT}
-            scores = _scores(prepare_attention(self.q64, self.k64, self.v64, **plain))
-        return max(1.0, float(np.max(np.abs(scores[np.isfinite(scores)]), initial=0.0)))
+        if self._magnitude is None:  # computed once: each gradient's check asks for it
+            if self.flex is not None:
+                scores = NaiveFlex(self.q64, self.k64, self.v64, np.dtype(np.float64), self.flex).scores
+            else:
+                plain = {name: value for name, value in self.plain.items() if name not in DROPOUT}
+                scores = _scores(prepare_attention(self.q64, self.k64, self.v64, **plain))
+            self._magnitude = max(1.0, float(np.max(np.abs(scores[np.isfinite(scores)]), initial=0.0)))
+        return self._magnitude
 
     # --- rows with no allowed key -------------------------------------------------------------------
 

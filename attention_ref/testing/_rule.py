@@ -158,7 +158,7 @@ def compare(actual, reference, baseline, *, factor: float, atol, units: dict, dt
         f"reference {reference[worst]:.6g}, baseline's error there {base_err[worst]:.3g}\n"
         f"ratio to the baseline's largest error: {ratio:.3g}\n"
         f"{_nonfinite(actual)}"
-        f"where they are:\n{where}" + (f"\n{widened}" if widened and widened != "-" else "")
+        f"where they are:\n{where}" + (f"\n{widened}" if widened else "")
     )
 
 
