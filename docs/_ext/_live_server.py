@@ -56,8 +56,8 @@ TCP port, the book's, on 127.0.0.1:
   client's kernel ``name``, ``path`` and ``kernel_id`` are ignored), at most ``MAX_KERNELS`` at a time (one more
   gets 429 and a message the page shows), and one idle for ``KERNEL_IDLE_SECONDS`` without a page connected is
   shut down. The scratch folder mirrors the repository's layout with copies of the files the chapters read while
-  they run (``RUNTIME_FILES``: the figure style, the frameworks, benchmark, GPU and sensitivity records), so a reader's code
-  writes there, not into the repository.
+  they run (``RUNTIME_FILES``: the figure style, the frameworks, benchmark, GPU and sensitivity records), so a
+  reader's code writes there, not into the repository.
 
 What this does not stop: the browser tab that traded a link for a session (and anything that takes over that
 browser) can run code as the user who started the server, until the session expires or the server stops; so can
