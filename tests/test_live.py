@@ -672,7 +672,8 @@ def _proxied(live, session, path, method="POST", data=b"{}"):
 
 def _execute(live, code, path="docs/chapters", session=None):
     """Start a kernel through the book server (asking for `path`), as a page holding `session` (default: a new
-    one) does, run `code` over its WebSocket, return what it printed."""
+    one) does, run `code` over its WebSocket, return what it printed to stdout (stderr, where a first import may
+    announce a font cache, is not the code's answer)."""
     import asyncio
     import concurrent.futures
     import uuid
@@ -702,7 +703,7 @@ def _execute(live, code, path="docs/chapters", session=None):
             message = json.loads(await asyncio.wait_for(socket.read_message(), READY / 1000))
             if message["parent_header"].get("msg_id") != msg_id:
                 continue
-            if message["msg_type"] == "stream":
+            if message["msg_type"] == "stream" and message["content"]["name"] == "stdout":
                 printed.append(message["content"]["text"])
             elif message["msg_type"] == "error":
                 raise AssertionError("\n".join(message["content"]["traceback"]))
