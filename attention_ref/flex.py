@@ -235,6 +235,26 @@ def _autograd_derivative(score_mod):
     return score_mod_grad
 
 
+def _score_mod_derivative(score_mod, score_mod_grad, probe):
+    """The derivative of `score_mod` a backward pass uses, chosen in one order for every caller.
+
+    `score_mod_grad` when given; else the ``score_mod_grad`` attribute the package's score functions carry;
+    else None, meaning torch autograd, when `score_mod` is written for torch (tried on `probe`, a pair
+    ``((scores, b, h, q_idx, kv_idx), where)``, or known to be; a None `probe`, for an empty problem, tries
+    nothing). A TypeError names the mod otherwise.
+    """
+    if score_mod_grad is not None and not callable(score_mod_grad):
+        raise TypeError(f"score_mod_grad must be a function or None; got {type(score_mod_grad).__name__}")
+    derivative = getattr(score_mod, "score_mod_grad", None) if score_mod_grad is None else score_mod_grad
+    if callable(derivative):
+        return derivative
+    if probe is not None and _is_torch_mod(score_mod, "score_mod", *probe):
+        return None
+    raise TypeError(f"{_mod_name(score_mod, 'score_mod')} has no derivative: pass score_mod_grad, the "
+                    f"derivative of score_mod with respect to the score (same arguments), or write "
+                    f"score_mod for torch, which differentiates it")
+
+
 def _tile_slope(score_mod, score_mod_grad, raw, index, shape, where) -> np.ndarray:
     """The derivative of ``score_mod`` at the tile's scores `raw`: ``score_mod_grad``'s, or None: torch autograd's."""
     if score_mod_grad is None:
@@ -332,12 +352,12 @@ class _Flex:
         return x, raw, allowed
 
 
-def _differentiable_by_torch(p: _Flex) -> bool:
-    """Whether ``p.score_mod`` is written for torch (tried on the first score of the problem if not yet known)."""
+def _probe(p: _Flex):
+    """The first score of the problem, as `_score_mod_derivative` tries a mod on it; None for an empty problem."""
     if not (p.L and p.S):
-        return False
+        return None
     index, shape, where = p.tile(slice(0, 1), slice(0, 1))
-    return _is_torch_mod(p.score_mod, "score_mod", (np.zeros(shape, p.dtype), *index), where)
+    return (np.zeros(shape, p.dtype), *index), where
 
 
 def _forward_block(p: _Flex, rows: slice, v_scale_exp: int, out, lse) -> None:
@@ -612,15 +632,10 @@ def flex_attention_backward(q, k, v, dout, score_mod=None, mask_mod=None, *, sco
     first = result_dtype(*(as_real_array(a, name) for a, name in zip(given, "qkv", strict=True)))[0]
     work = np.float64 if first.itemsize < 4 else None  # as attention_backward: half precision worked in float64
     p = _Flex(q, k, v, score_mod, mask_mod, scale, enable_gqa, block_size, work=work)
-    if score_mod_grad is not None and not callable(score_mod_grad):
-        raise TypeError(f"score_mod_grad must be a function or None; got {type(score_mod_grad).__name__}")
     if score_mod is not None:
-        score_mod_grad = getattr(score_mod, "score_mod_grad", None) if score_mod_grad is None else score_mod_grad
-        if not callable(score_mod_grad) and not _differentiable_by_torch(p):
-            raise TypeError(f"{_mod_name(score_mod, 'score_mod')} has no derivative: pass score_mod_grad, the "
-                            f"derivative of score_mod with respect to the score (same arguments), or write "
-                            f"score_mod for torch, which differentiates it")
-        score_mod_grad = score_mod_grad if callable(score_mod_grad) else None  # None: by torch autograd
+        score_mod_grad = _score_mod_derivative(score_mod, score_mod_grad, _probe(p))  # None: by torch autograd
+    elif score_mod_grad is not None and not callable(score_mod_grad):
+        raise TypeError(f"score_mod_grad must be a function or None; got {type(score_mod_grad).__name__}")
     dout = as_real_array(dout, "dout")
     check_shape(dout, "dout", (p.B, p.H, p.L, p.v.shape[-1]), "the shape of the output (B, Hq, L, Ev)")
     dout = dout.astype(p.dtype, copy=False)

@@ -58,41 +58,50 @@ def reject_per_pair_options(options: dict, function: str) -> None:
             )
 
 
+def sequence_options(options: dict, b: int) -> dict:
+    """The options of sequence `b` of a batch: row b of each (B, Hkv) descale, entry b of a list of keep-masks.
+
+    Every other option, and a descale that is a scalar or per head, is the whole batch's. A ValueError names
+    the option when it has no entry `b`.
+    """
+    mine = dict(options)
+    given = options.get("dropout_mask")
+    if isinstance(given, (list, tuple)):  # one keep-mask per sequence
+        if b >= len(given):
+            raise ValueError(f"dropout_mask must hold one keep-mask per sequence; got {len(given)} for more")
+        mine["dropout_mask"] = given[b]
+    for name in DESCALES:
+        if options.get(name) is not None and np.ndim(options[name]) == 2:  # (B, Hkv): one factor per head
+            factors = np.asarray(options[name])
+            if b >= len(factors):
+                raise ValueError(f"{name} must have one row per sequence; got shape {factors.shape} for more")
+            mine[name] = factors[b]
+    return mine
+
+
 def attend_each(parts, options: dict, return_lse: bool) -> tuple[list, list, list]:
     """Call `scaled_dot_product_attention` on every ``(q_b, k_b, v_b)`` of `parts`, each a call of its own.
 
     Returns the lists of the outputs, of the weights (None entries unless
     ``options["return_weights"]``) and of the log-sum-exps (None entries
     unless `return_lse`). `parts` may be a generator: one sequence's keys
-    are then held at a time.
+    are then held at a time. Each sequence gets its own options (`sequence_options`).
     """
     return_weights = check_bool(options.get("return_weights", False), "return_weights")
-    given = options.get("dropout_mask")
-    masks: list | tuple = given if isinstance(given, (list, tuple)) else ()  # one keep-mask per sequence
-    per_sequence = isinstance(given, (list, tuple))
-    # (B, Hkv) descales: row b is sequence b's, one factor per key/value head
-    descales = {name: np.asarray(options[name]) for name in DESCALES
-                if options.get(name) is not None and np.ndim(options[name]) == 2}
     outs, weights, lses = [], [], []
     for b, (q_b, k_b, v_b) in enumerate(parts):
-        if per_sequence:
-            if b >= len(masks):
-                raise ValueError(f"dropout_mask must hold one keep-mask per sequence; got {len(masks)} for more")
-            options = options | {"dropout_mask": masks[b]}
-        for name, factors in descales.items():
-            if b >= len(factors):
-                raise ValueError(f"{name} must have one row per sequence; got shape {factors.shape} for more")
-            options = options | {name: factors[b]}
-        result = scaled_dot_product_attention(q_b, k_b, v_b, return_lse=return_lse, **options)
+        result = scaled_dot_product_attention(q_b, k_b, v_b, return_lse=return_lse, **sequence_options(options, b))
         out, *rest = result if return_weights or return_lse else (result,)
         outs.append(out)
         weights.append(rest[0] if return_weights else None)
         lses.append(rest[-1] if return_lse else None)
-    if per_sequence and len(masks) != len(outs):
-        raise ValueError(f"dropout_mask must hold one keep-mask per sequence, {len(outs)}; got {len(masks)}")
-    for name, factors in descales.items():
-        if len(factors) != len(outs):
-            raise ValueError(f"{name} must have one row per sequence, {len(outs)}; got shape {factors.shape}")
+    given = options.get("dropout_mask")
+    if isinstance(given, (list, tuple)) and len(given) != len(outs):
+        raise ValueError(f"dropout_mask must hold one keep-mask per sequence, {len(outs)}; got {len(given)}")
+    for name in DESCALES:
+        if options.get(name) is not None and np.ndim(options[name]) == 2 and len(options[name]) != len(outs):
+            raise ValueError(f"{name} must have one row per sequence, {len(outs)}; "
+                             f"got shape {np.shape(options[name])}")
     return outs, weights, lses
 
 

@@ -2,24 +2,13 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from .._interop import to_numpy
 from ..paged import _gather, prepare_paged
+from ..varlen import sequence_options
 from ._checks import output_failure
 from ._problem import Problem
 
 __all__ = ["assert_paged_attention_close"]
-
-def _per_sequence(options: dict, b: int) -> dict:
-    """The options of sequence `b`: row b of (B, Hkv) descales, entry b of a list of keep-masks."""
-    mine = dict(options)
-    for name, value in options.items():
-        if name.endswith("_descale") and value is not None and np.ndim(value) == 2:
-            mine[name] = value[b]
-        elif name == "dropout_mask" and isinstance(value, (list, tuple)):
-            mine[name] = value[b]
-    return mine
 
 
 def assert_paged_attention_close(actual, q, k_pages, v_pages, block_table, kv_lens, *, layout="HND",
@@ -120,7 +109,7 @@ def assert_paged_attention_close(actual, q, k_pages, v_pages, block_table, kv_le
     failures = []
     for b, (index, pages, length) in enumerate(zip(rows, used, lens, strict=True)):
         k_b, v_b = _gather(k_pages, pages, int(length)), _gather(v_pages, pages, int(length))
-        check = Problem(q[index], k_b, v_b, _per_sequence(options, b), "assert_paged_attention_close")
+        check = Problem(q[index], k_b, v_b, sequence_options(options, b), "assert_paged_attention_close")
         failures.append(output_failure(actual[index], check, factor=factor, atol=atol, dtype=dtype,
                                        empty_rows=empty_rows, baseline=baseline, what=f"sequence {b}: "))
     failures = [f for f in failures if f]

@@ -16,7 +16,13 @@ from .._options import DROPOUT, OPTIONS
 from .._validation import as_real_array, is_fp8, result_dtype
 from ..attention import _scores, prepare_attention, scaled_dot_product_attention
 from ..backward import AttentionGrads, attention_backward
-from ..flex import _autograd_derivative, _is_torch_mod, block_mask_to_dense, flex_attention, flex_attention_backward
+from ..flex import (
+    _autograd_derivative,
+    _score_mod_derivative,
+    block_mask_to_dense,
+    flex_attention,
+    flex_attention_backward,
+)
 from ..fp8 import dequantize_inputs, fp8_output_dtype
 from ._baseline import NaiveFlex, _naive_attention, _naive_backward, _naive_forward
 
@@ -126,17 +132,11 @@ class _Flex:
 
 
 def score_mod_derivative(score_mod, given):
-    """``score_mod``'s derivative with respect to the score: `given`, the ``score_mod_grad`` it carries, or, for a
-    mod written for torch, torch's autograd (as `attention_ref.flex_attention_backward` finds it)."""
-    derivative = getattr(score_mod, "score_mod_grad", None) if given is None else given
-    if derivative is None:
-        probe = (np.zeros((1, 1, 1, 1)), *(np.zeros((1, 1, 1, 1), np.int64) for _ in range(4)))
-        if _is_torch_mod(score_mod, "score_mod", probe, "on a probe of one score"):
-            derivative = _autograd_derivative(score_mod)
-    if not callable(derivative):
-        raise TypeError("the gradients of a score_mod need its derivative: pass score_mod_grad, the derivative of "
-                        "score_mod with respect to the score (same arguments)")
-    return derivative
+    """``score_mod``'s derivative with respect to the score, chosen as `attention_ref.flex_attention_backward`
+    chooses it (`attention_ref.flex._score_mod_derivative`), torch's autograd wrapped as a function."""
+    probe = (np.zeros((1, 1, 1, 1)), *(np.zeros((1, 1, 1, 1), np.int64) for _ in range(4))), "on a probe of one score"
+    derivative = _score_mod_derivative(score_mod, given, probe)
+    return _autograd_derivative(score_mod) if derivative is None else derivative
 
 
 def _is_default(name: str, value) -> bool:
