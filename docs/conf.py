@@ -48,6 +48,7 @@ extensions = [
     "epub_math",  # the EPUB's equations as images (epub_math_renderer), the site's with MathJax
     "epub_styles",  # the EPUB: its theme's stylesheets only (epubcheck rejects the site's)
     "latex_book",  # the PDF: every page a chapter, each toctree caption of the landing page a part
+    "bounds",  # {glue:up} and {glue:down}: a glued number stated as a bound, rounded outward, not to nearest
 ]
 
 exclude_patterns = [

@@ -108,6 +108,13 @@ def _role(book, match):
         if name == "glue:md":  # its value is MyST Markdown too
             return to_markdown(bundle.get("text/markdown", format_plain_text(_text(bundle["text/plain"]), "s")), book)
         return format_plain_text(_text(bundle["text/plain"]), fmt or "s")
+    if name in ("glue:up", "glue:down"):  # a bound, rounded outward as the book prints it (``bounds``)
+        from ast import literal_eval
+
+        from bounds import format_outward
+
+        key, _, fmt = content.rpartition(":")
+        return format_outward(literal_eval(_text(_glued(book, key)["text/plain"])), fmt, name.removeprefix("glue:"))
     if name in ("ref", "doc", "numref", "any") or name.removeprefix("py:") in PYTHON_ROLES:
         return _cross_reference(book, name.removeprefix("py:"), content)
     if name in ("math",):
