@@ -72,7 +72,7 @@ def _expected_masks(ex, n_queries, causal, alignment, window, length):
 
 def test_each_figure_is_html_and_a_still_png_with_alt_text(ex):
     q = np.eye(3)
-    figures = [ex.temperature_slider(), ex.mask_inspector(), ex.padding_batch(),
+    figures = [ex.scaling_selector(), ex.mask_inspector(), ex.padding_batch(),
                ex.attention_heatmap(q, q, q, "abc", "xyz")]
     for figure in figures:
         data, metadata = figure._repr_mimebundle_()
@@ -83,25 +83,48 @@ def test_each_figure_is_html_and_a_still_png_with_alt_text(ex):
         assert table["default"] in table["states"]
         # Every key is one value per control, in the order the script joins them.
         assert all(len(key.split("|")) == len(table["order"]) for key in table["states"])
-    assert len(_data(figures[0])["states"]) == len(ex.temperature_taus()) == 41
+    assert len(_data(figures[0])["states"]) == len(ex.SCALING_HEAD_SIZES) == 3
     assert len(_data(figures[1])["states"]) == 2 * 2 * 2 * 3 * 4
 
 
-def test_temperature_states_are_the_softmax_of_the_row_over_tau(ex):
-    table = _data(ex.temperature_slider())
-    q, k, _ = ex.temperature_row()
+def _scaling_expected(ex, d_k):
+    """Scores and weights of one head size, from the definitions: divisor 1 and divisor sqrt(d_k)."""
+    q, k, _ = ex.scaling_row(d_k)
     raw = (q @ k.T)[0]
-    taus = ex.temperature_taus()
-    assert table["default"] == str(int(np.flatnonzero(taus == 8.0)[0]))  # sqrt(d_k) for d_k = 64
-    for index, tau in enumerate(taus):
-        state = table["states"][str(index)]
-        weights = ar.softmax(raw / tau)
-        assert [row[2][0] for row in state["grids"]["row"]] == _formatted(weights)[0]
-        assert [bar[1] for bar in state["bars"]["weights"]] == _formatted(weights)[0]
-        entropy = -np.sum(weights[weights > 0] * np.log(weights[weights > 0]))
-        assert state["text"]["entropy"] == f"{entropy:.2f}"
-    ends = [ar.softmax(raw / taus[0]).max(), ar.softmax(raw / taus[-1]).max()]
-    assert ends[0] > 0.99 and ends[1] < 1 / 8 + 0.02  # one-hot at one end, uniform at the other
+    return raw, ar.softmax(raw), ar.softmax(raw / np.sqrt(d_k))
+
+
+def test_scaling_states_are_the_softmax_of_the_row_with_and_without_the_divisor(ex):
+    table = _data(ex.scaling_selector())
+    assert ex.SCALING_KEYS == 32 and ex.SCALING_DEFAULT == 64  # the page's S and d_k
+    assert table["default"] == "64" and table["order"] == ["dk"]
+    sharpest = []
+    for d_k in ex.SCALING_HEAD_SIZES:
+        state = table["states"][str(d_k)]
+        raw, unscaled, scaled = _scaling_expected(ex, d_k)
+        grid = state["grids"]["row"]
+        assert len(grid) == 32
+        # Both score columns with the same number of decimals.
+        assert [row[0][0] for row in grid] == [f"{x:.2f}" for x in raw]
+        assert [row[2][0] for row in grid] == [f"{x / np.sqrt(d_k):.2f}" for x in raw]
+        assert [row[1][0] for row in grid] == _formatted(unscaled)[0]
+        assert [row[3][0] for row in grid] == _formatted(scaled)[0]
+        assert state["text"]["max-raw"] == f"{unscaled.max():.2f}"
+        assert state["text"]["max-scaled"] == f"{scaled.max():.2f}"
+        assert state["status"].startswith(f"d\u2096 = {d_k}:")
+        sharpest.append(unscaled.max())
+    assert sharpest == sorted(sharpest) and sharpest[-1] > 0.99  # what the figure is for
+    # The default state is the row of the page's opening figure: the seed's generator at d_k = 64 draws q, then k.
+    pic = np.random.default_rng(ex.SCALING_SEED)
+    q_pic, k_pic = pic.standard_normal(64), pic.standard_normal((32, 64))
+    np.testing.assert_array_equal(q_pic[None], ex.scaling_row(64)[0])
+    np.testing.assert_array_equal(k_pic, ex.scaling_row(64)[1])
+
+
+def test_scaling_labels_are_typeset_and_never_call_the_divisor_tau(ex):
+    html = ex.scaling_selector()._repr_mimebundle_()[0]["text/html"]
+    assert "d_k" not in html and "sqrt" not in html and "\u03c4" not in html
+    assert "\u221ad\u2096" in html and "no scaling" in html
 
 
 def test_mask_states_are_the_masks_and_weights_of_each_setting(ex):
@@ -202,28 +225,28 @@ def _shown(figure):
 
 
 @pytest.mark.browser
-def test_temperature_slider_in_the_page(ex, chapter_page):
+def test_scaling_selector_in_the_page(ex, chapter_page):
     seen = chapter_page("chapters/04_scaling.html")
-    figure = seen.page.locator("#explorable-temperature")
-    slider = figure.get_by_label("Temperature \u03c4")
-    q, k, _ = ex.temperature_row()
-    raw = (q @ k.T)[0]
-    taus = ex.temperature_taus()
-    assert slider.input_value() == "20"  # tau = sqrt(64) = 8
-    slider.focus()
-    for key, index in [("ArrowRight", 21), ("ArrowLeft", 20), ("Home", 0), ("End", 40)]:
-        seen.page.keyboard.press(key)
-        assert slider.input_value() == str(index)
-        shown = _shown(figure)
-        weights = ar.softmax(raw / taus[index])
-        assert [row[2] for row in shown["grids"]["row"]] == _formatted(weights)[0]
-        assert shown["bars"]["weights"] == _formatted(weights)[0]
-        assert f"{taus[index]:.3g}" in slider.get_attribute("aria-valuetext")
-        assert shown["slots"]["status"].startswith(slider.get_attribute("aria-valuetext"))
-    for index in range(0, 41, 5):  # a drag: every fifth position
-        slider.fill(str(index))
-        weights = ar.softmax(raw / taus[index])
-        assert [row[2] for row in _shown(figure)["grids"]["row"]] == _formatted(weights)[0]
+    figure = seen.page.locator("#explorable-scaling")
+    select = figure.get_by_label("Head size d\u2096")
+    assert select.input_value() == "64"
+    statuses = set()
+    for d_k in (*ex.SCALING_HEAD_SIZES, 64):
+        select.select_option(str(d_k))
+        raw, unscaled, scaled = _scaling_expected(ex, d_k)
+        grid = _shown(figure)["grids"]["row"]
+        assert [row[0] for row in grid] == [f"{x:.2f}" for x in raw]
+        assert [row[1] for row in grid] == _formatted(unscaled)[0]
+        assert [row[3] for row in grid] == _formatted(scaled)[0]
+        status = _shown(figure)["slots"]["status"]
+        assert status.startswith(f"d\u2096 = {d_k}:")
+        statuses.add(status)
+    assert len(statuses) == 3
+    # From the keyboard: focus the drop-down, the arrow key moves to the next head size.
+    select.select_option("4")
+    select.focus()
+    seen.page.keyboard.press("ArrowDown")
+    assert select.input_value() == "64"
     assert figure.get_attribute("class") == "explorable ex-ready"
     assert seen.errors == [] and seen.foreign == []
 
