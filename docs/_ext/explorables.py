@@ -316,6 +316,33 @@ def inspector_allowed(causal, length, pad_queries):
     return allowed
 
 
+def _additive_grid(allowed) -> list:
+    """The additive mask's table cells: ``0`` where a key is allowed, minus infinity (masked) where it is not."""
+    import attention_ref as ar
+
+    return [[["0", PLAIN] if b == 0 else [MINUS_INF, MASKED] for b in row] for row in ar.mask_to_bias(allowed)]
+
+
+def _mask_body(key_headers, query_rows, corner, weights_caption, weight_columns):
+    """The two tables (additive mask, weights) side by side, and the list of the keys each query sees."""
+    additive = _table("additive", "Additive mask: 0 where the key is allowed, \u2212\u221e where it is not",
+                      key_headers, query_rows, corner=corner)
+    weights = _table("weights", weights_caption, weight_columns, query_rows, corner=corner)
+    sees = "".join(f'<li data-slot="sees{i}"></li>' for i in range(len(query_rows)))
+    return (f'<div class="ex-pair">{additive}{weights}</div>'
+            f'<p class="ex-subtitle">Which keys each query sees</p><ul class="ex-sees">{sees}</ul>')
+
+
+def _draw_additive(ax, allowed, keys, queries, title):
+    """The still image's additive mask: 0 on light cells, minus infinity on dark ones."""
+    ax.imshow(allowed, cmap="Greys_r", vmin=-0.5, vmax=1)
+    for (i, j), ok in np.ndenumerate(allowed):
+        ax.text(j, i, "0" if ok else MINUS_INF, ha="center", va="center", color="black" if ok else "white")
+    ax.set_xticks(range(len(keys)), keys)
+    ax.set_yticks(range(len(queries)), queries)
+    ax.set_title(title)
+
+
 def _tokens(length):
     return [token if j < length else PAD for j, token in enumerate(MASK_TOKENS)]
 
@@ -370,7 +397,6 @@ def mask_inspector(seed=5, dim=4):
         blind = [i for i, row in enumerate(allowed) if not row.any()]
         assert np.all(out[blind] == 0)
         sums = weights.sum(axis=-1)
-        bias = ar.mask_to_bias(allowed)
         tokens = _tokens(length)
         labels = [f"{tokens[i]} (query {i})" for i in range(n)]
         text = {f"key{j}": tokens[j] for j in range(n)} | {f"query{i}": labels[i] for i in range(n)}
@@ -382,7 +408,7 @@ def mask_inspector(seed=5, dim=4):
         states[_key(int(causal), length, int(pad_queries))] = {
             "text": text,
             "grids": {
-                "additive": [[["0", PLAIN] if b == 0 else [MINUS_INF, MASKED] for b in row] for row in bias],
+                "additive": _additive_grid(allowed),
                 "weights": [[*cells, ["0" if s == 0 else f"{s:.2f}", PLAIN]]
                             for cells, s in zip(_grid(weights), sums, strict=True)],
             },
@@ -390,13 +416,8 @@ def mask_inspector(seed=5, dim=4):
         }
     key_headers = [(token, f"key{j}") for j, token in enumerate(MASK_TOKENS)]  # a slot may appear twice
     query_rows = [(token, f"query{i}") for i, token in enumerate(MASK_TOKENS)]
-    additive = _table("additive", "Additive mask: 0 where the key is allowed, \u2212\u221e where it is not",
-                      key_headers, query_rows, corner="query \\ key")
-    weights = _table("weights", "Weights: softmax(scores + mask), row by row, and each row's sum",
-                     [*key_headers, "sum"], query_rows, corner="query \\ key")
-    sees = "".join(f'<li data-slot="sees{i}"></li>' for i in range(n))
-    body = (f'<div class="ex-pair">{additive}{weights}</div>'
-            f'<p class="ex-subtitle">Which keys each query sees</p><ul class="ex-sees">{sees}</ul>')
+    body = _mask_body(key_headers, query_rows, "query \\ key",
+                      "Weights: softmax(scores + mask), row by row, and each row's sum", [*key_headers, "sum"])
     controls = [
         _checkbox("causal", "Causal", "1"),
         _select("length", "Real tokens", [(str(m), f"{m} of 6" + ("" if m == 6 else f" ({6 - m} {PAD})"))
@@ -412,13 +433,7 @@ def mask_inspector(seed=5, dim=4):
     allowed = inspector_allowed(True, 6, False)
     _, w_default = ar.scaled_dot_product_attention(q, k, v, mask=allowed, return_weights=True)
     fig, (mask_ax, weight_ax) = _figure(2, 9)
-    mask_ax.imshow(allowed, cmap="Greys_r", vmin=-0.5, vmax=1)
-    for (i, j), ok in np.ndenumerate(allowed):
-        mask_ax.text(j, i, "0" if ok else MINUS_INF, ha="center", va="center", color="black" if ok else "white")
-    for ax in (mask_ax, weight_ax):
-        ax.set_xticks(range(n), MASK_TOKENS)
-        ax.set_yticks(range(n), MASK_TOKENS)
-    mask_ax.set_title("additive causal mask")
+    _draw_additive(mask_ax, allowed, MASK_TOKENS, MASK_TOKENS, "additive causal mask")
     ar.plot_attention(w_default, list(MASK_TOKENS), list(MASK_TOKENS), ax=weight_ax, title="weights",
                       colorbar=False)
     alt = ("Left: the additive causal mask of six tokens, zero on and below the diagonal and minus infinity above "
@@ -490,7 +505,6 @@ def alignment_inspector(seed=5, dim=4):
         _, weights = ar.scaled_dot_product_attention(q[rows], k, v, return_weights=True, **options)  # (L, S)
         allowed = alignment_allowed(n_queries, causal, alignment, window)
         np.testing.assert_array_equal(weights > 0, allowed)  # the figure's two views agree
-        bias = ar.mask_to_bias(allowed)
         positions = _positions(n_queries, n_keys, alignment)
         labels = [f"query {i} at {positions[i]}" for i in range(n_queries)]
         text = {f"key{j}": f"{token} ({j})" for j, token in enumerate(MASK_TOKENS)}
@@ -500,7 +514,7 @@ def alignment_inspector(seed=5, dim=4):
         states[_key(n_queries, int(causal), alignment, window)] = {
             "text": text,
             "grids": {
-                "additive": [[["0", PLAIN] if b == 0 else [MINUS_INF, MASKED] for b in row] for row in bias],
+                "additive": _additive_grid(allowed),
                 "weights": _grid(weights),
             },
             "status": (f"{n_queries} queries, {n_keys} keys, {alignment}, causal {'on' if causal else 'off'}, "
@@ -509,13 +523,8 @@ def alignment_inspector(seed=5, dim=4):
         }
     key_headers = [(f"{token} ({j})", f"key{j}") for j, token in enumerate(MASK_TOKENS)]
     query_rows = [(f"query {i}", f"query{i}") for i in range(n_keys)]
-    additive = _table("additive", "Additive mask: 0 where the key is allowed, \u2212\u221e where it is not",
-                      key_headers, query_rows, corner="query \\ key (position)")
-    weights = _table("weights", "Weights: softmax(scores + mask), row by row", key_headers, query_rows,
-                     corner="query \\ key (position)")
-    sees = "".join(f'<li data-slot="sees{i}"></li>' for i in range(n_keys))
-    body = (f'<div class="ex-pair">{additive}{weights}</div>'
-            f'<p class="ex-subtitle">Which keys each query sees</p><ul class="ex-sees">{sees}</ul>')
+    body = _mask_body(key_headers, query_rows, "query \\ key (position)",
+                      "Weights: softmax(scores + mask), row by row", key_headers)
     controls = [
         _select("queries", "Queries", [("6", "6 (every token)"), ("3", "3 (the last three tokens)")], "3"),
         _checkbox("causal", "Causal", "1"),
@@ -533,13 +542,8 @@ def alignment_inspector(seed=5, dim=4):
     )
     fig, axes = _figure(2, 9)
     for ax, alignment in zip(axes, ALIGNMENTS, strict=True):
-        allowed = alignment_allowed(3, True, alignment, "none")
-        ax.imshow(allowed, cmap="Greys_r", vmin=-0.5, vmax=1)
-        for (i, j), ok in np.ndenumerate(allowed):
-            ax.text(j, i, "0" if ok else MINUS_INF, ha="center", va="center", color="black" if ok else "white")
-        ax.set_xticks(range(n_keys), MASK_TOKENS)
-        ax.set_yticks(range(3), [f"query {i}" for i in range(3)])
-        ax.set_title(f"causal, {alignment}")
+        _draw_additive(ax, alignment_allowed(3, True, alignment, "none"), MASK_TOKENS,
+                       [f"query {i}" for i in range(3)], f"causal, {alignment}")
     alt = ("Two additive causal masks of three queries over six keys, zero where a query may read a key and minus "
            "infinity where it may not. Left, top-left alignment: the allowed zeros form a triangle in the left "
            "corner, and the last three keys are never read. Right, bottom-right alignment: the triangle is shifted "
