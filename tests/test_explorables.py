@@ -49,7 +49,7 @@ def _formatted(weights):
     return [["0" if w == 0 else f"{w:.2f}" for w in row] for row in np.atleast_2d(weights)]
 
 
-def _expected_masks(ex, n_queries, causal, alignment, window, length):
+def _expected_masks(ex, n_queries, causal, alignment, window, length=6):
     """Additive mask and weights of one setting, from the definitions (not from the figure's own code)."""
     q, k, _ = ex.mask_problem()
     n_keys = k.shape[0]
@@ -67,13 +67,31 @@ def _expected_masks(ex, n_queries, causal, alignment, window, length):
     return [["0" if ok else MINUS_INF for ok in row] for row in allowed], _formatted(weights), allowed
 
 
+def _expected_inspector(ex, causal, length, pad_queries):
+    """Chapter 5's inspector, one setting: additive mask, weights with each row's sum, and the allowed pairs."""
+    q, k, _ = ex.mask_problem()
+    n = k.shape[0]
+    i, j = np.arange(n)[:, None], np.arange(n)[None, :]
+    allowed = (j < length) & (i >= 0)
+    if causal:
+        allowed = allowed & (j <= i)
+    if pad_queries:
+        allowed = allowed & (i < length)
+    with np.errstate(invalid="ignore"):
+        weights = ar.softmax(q @ k.T / np.sqrt(q.shape[1]) + np.where(allowed, 0.0, -np.inf))
+    sums = weights.sum(axis=-1)
+    shown = [[*row, "0" if total == 0 else f"{total:.2f}"] for row, total in zip(_formatted(weights), sums,
+                                                                                   strict=True)]
+    return [["0" if ok else MINUS_INF for ok in row] for row in allowed], shown, allowed
+
+
 # -- The tables of states ------------------------------------------------------------------------------------
 
 
 def test_each_figure_is_html_and_a_still_png_with_alt_text(ex):
     q = np.eye(3)
     figures = [ex.scaling_selector(), ex.mask_inspector(), ex.padding_batch(),
-               ex.attention_heatmap(q, q, q, "abc", "xyz")]
+               ex.attention_heatmap(q, q, q, "abc", "xyz"), ex.alignment_inspector()]
     for figure in figures:
         data, metadata = figure._repr_mimebundle_()
         assert data["text/html"].startswith('<figure class="explorable"')
@@ -84,7 +102,8 @@ def test_each_figure_is_html_and_a_still_png_with_alt_text(ex):
         # Every key is one value per control, in the order the script joins them.
         assert all(len(key.split("|")) == len(table["order"]) for key in table["states"])
     assert len(_data(figures[0])["states"]) == len(ex.SCALING_HEAD_SIZES) == 3
-    assert len(_data(figures[1])["states"]) == 2 * 2 * 2 * 3 * 4
+    assert len(_data(figures[1])["states"]) == 2 * 4 * 2  # causal, real tokens, padding queries masked
+    assert len(_data(figures[4])["states"]) == 2 * 2 * 2 * 3  # queries, causal, alignment, window
 
 
 def _scaling_expected(ex, d_k):
@@ -129,18 +148,35 @@ def test_scaling_labels_are_typeset_and_never_call_the_divisor_tau(ex):
 
 def test_mask_states_are_the_masks_and_weights_of_each_setting(ex):
     table = _data(ex.mask_inspector())
-    settings = itertools.product((6, 3), (1, 0), ex.ALIGNMENTS, ex.MASK_WINDOWS, ex.MASK_LENGTHS)
     blind = 0
-    for n_queries, causal, alignment, window, length in settings:
-        state = table["states"][f"{n_queries}|{causal}|{alignment}|{window}|{length}"]
-        additive, weights, allowed = _expected_masks(ex, n_queries, causal, alignment, window, length)
+    for causal, length, pad_queries in itertools.product((1, 0), ex.MASK_LENGTHS, (0, 1)):
+        state = table["states"][f"{causal}|{length}|{pad_queries}"]
+        additive, weights, allowed = _expected_inspector(ex, causal, length, pad_queries)
         assert _texts(state["grids"]["additive"]) == additive
         assert _texts(state["grids"]["weights"]) == weights
         for i, row in enumerate(allowed):
             assert state["text"][f"sees{i}"].endswith("sees no key: its weights and output are all zero.") == (
                 not row.any())
-        blind += int(not allowed.any(axis=1).all())
-    assert blind > 0  # some setting shows a fully masked row
+        empty = not allowed.any(axis=1).all()
+        blind += int(empty)
+        # The status line says what to notice: an empty row's zeros where there is one, and the row sums.
+        assert ("no allowed key" in state["status"]) == empty
+        assert "sums to 1" in state["status"]
+    assert blind == 2 * 3  # padding queries masked, with some padding: a row with no allowed key
+
+
+def test_alignment_states_are_the_masks_and_weights_of_each_setting(ex):
+    table = _data(ex.alignment_inspector())
+    settings = itertools.product((6, 3), (1, 0), ex.ALIGNMENTS, ex.MASK_WINDOWS)
+    for n_queries, causal, alignment, window in settings:
+        state = table["states"][f"{n_queries}|{causal}|{alignment}|{window}"]
+        additive, weights, allowed = _expected_masks(ex, n_queries, causal, alignment, window)
+        assert _texts(state["grids"]["additive"]) == additive
+        assert _texts(state["grids"]["weights"]) == weights
+        assert all(allowed.any(axis=1))  # no padding here: every query keeps a key
+    # what the figure is for: with 3 queries, bottom-right lets the last one read every key, top-left does not
+    assert table["states"]["3|1|bottom-right|none"]["grids"]["additive"][-1] == [["0", -2]] * 6
+    assert table["states"]["3|1|top-left|none"]["grids"]["additive"][-1][-1][0] == MINUS_INF
 
 
 def test_padding_states_add_the_mask_and_multiply_it(ex):
@@ -256,34 +292,57 @@ def test_mask_inspector_in_the_page(ex, chapter_page):
     seen = chapter_page("chapters/05_masks.html")
     page = seen.page
     figure = page.locator("#explorable-masks")
-    queries, causal = figure.get_by_label("Queries"), figure.get_by_label("Causal", exact=True)
-    alignment, window, length = (figure.get_by_label(name) for name in ("Causal alignment", "Window (w, w)",
-                                                                         "Real keys"))
+    causal, length = figure.get_by_label("Causal", exact=True), figure.get_by_label("Real tokens")
+    pad_queries = figure.get_by_label("Mask the [pad] queries too")
     statuses = set()
-    for n_queries, is_causal, align, w, n in itertools.product((6, 3), (1, 0), ex.ALIGNMENTS, ex.MASK_WINDOWS,
-                                                               ex.MASK_LENGTHS):
-        queries.select_option(str(n_queries))
+    for is_causal, n, padq in itertools.product((1, 0), ex.MASK_LENGTHS, (0, 1)):
         causal.set_checked(bool(is_causal))
-        alignment.select_option(align)
-        window.select_option(w)
         length.select_option(str(n))
+        pad_queries.set_checked(bool(padq))
         shown = _shown(figure)
-        additive, weights, allowed = _expected_masks(ex, n_queries, is_causal, align, w, n)
-        assert shown["grids"]["additive"] == additive, (n_queries, is_causal, align, w, n)
-        assert shown["grids"]["weights"] == weights, (n_queries, is_causal, align, w, n)
+        additive, weights, allowed = _expected_inspector(ex, is_causal, n, padq)
+        assert shown["grids"]["additive"] == additive, (is_causal, n, padq)
+        assert shown["grids"]["weights"] == weights, (is_causal, n, padq)
         keys = [t if j < n else "[pad]" for j, t in enumerate(ex.MASK_TOKENS)]
         for i, row in enumerate(allowed):
             seen_keys = [keys[j] for j in np.flatnonzero(row)]
             tail = ", ".join(seen_keys) + "." if seen_keys else "no key: its weights and output are all zero."
             assert shown["slots"][f"sees{i}"].endswith(tail)
-        assert [shown["slots"][f"sees{i}"] for i in range(n_queries, 6)] == [None] * (6 - n_queries)
         statuses.add(shown["slots"]["status"])
-    assert len(statuses) > 48  # each change announced (settings that differ only in alignment at L = S may agree)
-    # From the keyboard: Tab to the checkbox, Space toggles it.
+    # Each change announced: the first setting is the default (nothing to announce yet), and with no padding,
+    # masking the padding queries changes nothing.
+    assert len(statuses - {""}) == 16 - 2
+    # From the keyboard: Space toggles the focused checkbox.
     causal.focus()
     page.keyboard.press("Space")
     assert causal.is_checked()
-    assert _shown(figure)["slots"]["status"].startswith("L = 3, S = 6, causal on (bottom-right)")
+    assert _shown(figure)["slots"]["status"].startswith("Causal on, 3 real tokens and 3 [pad], [pad] queries")
+    assert seen.errors == []
+
+
+@pytest.mark.browser
+def test_alignment_inspector_in_the_page(ex, chapter_page):
+    seen = chapter_page("chapters/windows_sinks_caches.html")
+    page = seen.page
+    figure = page.locator("#explorable-alignment")
+    queries, causal = figure.get_by_label("Queries"), figure.get_by_label("Causal", exact=True)
+    alignment, window = figure.get_by_label("Causal alignment"), figure.get_by_label("Window")
+    statuses = set()
+    for n_queries, is_causal, align, w in itertools.product((6, 3), (1, 0), ex.ALIGNMENTS, ex.MASK_WINDOWS):
+        queries.select_option(str(n_queries))
+        causal.set_checked(bool(is_causal))
+        alignment.select_option(align)
+        window.select_option(w)
+        shown = _shown(figure)
+        additive, weights, allowed = _expected_masks(ex, n_queries, is_causal, align, w)
+        assert shown["grids"]["additive"] == additive, (n_queries, is_causal, align, w)
+        assert shown["grids"]["weights"] == weights, (n_queries, is_causal, align, w)
+        for i, row in enumerate(allowed):
+            tail = ", ".join(ex.MASK_TOKENS[j] for j in np.flatnonzero(row)) + "."
+            assert shown["slots"][f"sees{i}"].endswith(tail)
+        assert [shown["slots"][f"sees{i}"] for i in range(n_queries, 6)] == [None] * (6 - n_queries)
+        statuses.add(shown["slots"]["status"])
+    assert len(statuses) == 24  # each change announced
     assert seen.errors == []
 
 
@@ -336,7 +395,7 @@ def test_heatmap_in_the_page_by_pointer_and_keyboard(chapter_page):
 
 @pytest.mark.browser
 @pytest.mark.parametrize("chapter", ["chapters/01_queries_keys_values.html", "chapters/04_scaling.html",
-                                     "chapters/05_masks.html"])
+                                     "chapters/05_masks.html", "chapters/windows_sinks_caches.html"])
 def test_explorables_in_both_colour_modes_have_no_axe_violation(chapter_page, chapter):
     require("axe_playwright_python")
     seen = chapter_page(chapter)

@@ -307,38 +307,179 @@ def scaling_selector(head_sizes=SCALING_HEAD_SIZES, default=SCALING_DEFAULT, see
     return Explorable("scaling", page, _png(fig), alt)
 
 
-# -- 2. Masks: causal, alignment, window, padding ------------------------------------------------------------
+# -- 2. Masks: causal and padding (chapter 5); alignment and windows (the Part II windows page) ---------------
 
 MASK_TOKENS = ("The", "cat", "sat", "on", "the", "mat")
+MASK_LENGTHS = (6, 5, 4, 3)  # real (unpadded) tokens
 MASK_QUERIES = (6, 3)  # L = S, and the last three tokens' queries (L < S)
 MASK_WINDOWS = ("none", "1", "2")  # (w, w) around the query's position
-MASK_LENGTHS = (6, 5, 4, 3)  # real (unpadded) keys
 ALIGNMENTS = ("top-left", "bottom-right")
+PAD = "[pad]"
 
 
 def mask_problem(seed=5, dim=4):
-    """Queries, keys and values (shape (6, dim) each) of the six tokens of the mask figure."""
+    """Queries, keys and values (shape (6, dim) each) of the six tokens of the mask figures."""
     rng = np.random.default_rng(seed)
     return tuple(rng.standard_normal((len(MASK_TOKENS), dim)) for _ in range(3))
 
 
-def mask_setting(n_queries, causal, alignment, window, length):
-    """``(queries' slice, options of scaled_dot_product_attention)`` for one setting of the mask figure."""
+def inspector_allowed(causal, length, pad_queries):
+    """Boolean (6, 6) of chapter 5's inspector, from the mask builders of attention_ref.masks: the padding mask
+    of `length` real tokens, with the causal mask if `causal`, and, if `pad_queries`, the padding queries' rows
+    hidden too (what code that builds the padding mask for queries and keys alike does)."""
     import attention_ref as ar
 
+    n = len(MASK_TOKENS)
+    real = ar.padding_mask([length], n)[0, 0]  # (S,): True for a real token
+    allowed = np.broadcast_to(real, (n, n))
+    if causal:
+        allowed = allowed & ar.causal_mask(n)
+    if pad_queries:
+        allowed = allowed & real[:, None]
+    return allowed
+
+
+def _additive_grid(allowed) -> list:
+    """The additive mask's table cells: ``0`` where a key is allowed, minus infinity (masked) where it is not."""
+    import attention_ref as ar
+
+    return [[["0", PLAIN] if b == 0 else [MINUS_INF, MASKED] for b in row] for row in ar.mask_to_bias(allowed)]
+
+
+def _mask_body(key_headers, query_rows, corner, weights_caption, weight_columns):
+    """The two tables (additive mask, weights) side by side, and the list of the keys each query sees."""
+    additive = _table("additive", "Additive mask: 0 where the key is allowed, \u2212\u221e where it is not",
+                      key_headers, query_rows, corner=corner)
+    weights = _table("weights", weights_caption, weight_columns, query_rows, corner=corner)
+    sees = "".join(f'<li data-slot="sees{i}"></li>' for i in range(len(query_rows)))
+    return (f'<div class="ex-pair">{additive}{weights}</div>'
+            f'<p class="ex-subtitle">Which keys each query sees</p><ul class="ex-sees">{sees}</ul>')
+
+
+def _draw_additive(ax, allowed, keys, queries, title):
+    """The still image's additive mask: 0 on light cells, minus infinity on dark ones."""
+    ax.imshow(allowed, cmap="Greys_r", vmin=-0.5, vmax=1)
+    for (i, j), ok in np.ndenumerate(allowed):
+        ax.text(j, i, "0" if ok else MINUS_INF, ha="center", va="center", color="black" if ok else "white")
+    ax.set_xticks(range(len(keys)), keys)
+    ax.set_yticks(range(len(queries)), queries)
+    ax.set_title(title)
+
+
+def _tokens(length):
+    return [token if j < length else PAD for j, token in enumerate(MASK_TOKENS)]
+
+
+def _sees(label, keys, allowed_row):
+    seen = [keys[j] for j in np.flatnonzero(allowed_row)]
+    if not seen:
+        return f"{label} sees no key: its weights and output are all zero."
+    return f"{label} sees {len(seen)}: " + ", ".join(seen) + "."
+
+
+def _and(items) -> str:
+    items = list(items)
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _inspector_notice(causal, length, pad_queries, blind, sums):
+    """The status line's second half: what this setting shows, each claim checked against the weights."""
+    full = [i for i in range(len(sums)) if i not in blind]
+    np.testing.assert_allclose(sums[full], 1.0, rtol=1e-12)
+    assert np.all(sums[blind] == 0)
+    if blind:
+        rows = _and(f"query {i}" for i in blind)
+        return (f"Notice: {rows} ({PAD}) {'has' if len(blind) == 1 else 'have'} no allowed key, every entry "
+                "\u2212\u221e: the package gives such a row zero weights and a zero output (sum 0), not NaN. "
+                "Every other row sums to 1.")
+    if length < len(MASK_TOKENS) and causal:
+        return (f"Notice: the {PAD} columns and everything above the diagonal are \u2212\u221e, so no query "
+                "reads padding or a later token: those weights are exactly 0, and every row still sums to 1.")
+    if length < len(MASK_TOKENS):
+        return (f"Notice: the {PAD} columns are \u2212\u221e for every query, so they get weight exactly 0 and "
+                f"every row still sums to 1. The {PAD} queries still read the real tokens: harmless, as long as "
+                "their outputs are thrown away.")
+    if causal:
+        return ("Notice: above the diagonal every entry is \u2212\u221e, so no token reads a later one: those "
+                "weights are exactly 0, and every row still sums to 1.")
+    return "Notice: with no mask every entry is 0: every query reads all six tokens, and every row sums to 1."
+
+
+def mask_inspector(seed=5, dim=4):
+    """Chapter 5's mask explorable: the additive mask, the weights and the keys each query sees, for the causal
+    mask and padding (and padding queries hidden too, which leaves rows with no allowed key)."""
+    import attention_ref as ar
+
+    q, k, v = mask_problem(seed, dim)
+    n = len(MASK_TOKENS)
+    states = {}
+    for causal, length, pad_queries in itertools.product((True, False), MASK_LENGTHS, (False, True)):
+        allowed = inspector_allowed(causal, length, pad_queries)
+        out, weights = ar.scaled_dot_product_attention(q, k, v, mask=allowed, return_weights=True)  # (6, 6)
+        np.testing.assert_array_equal(weights > 0, allowed)  # the figure's two views agree
+        blind = [i for i, row in enumerate(allowed) if not row.any()]
+        assert np.all(out[blind] == 0)
+        sums = weights.sum(axis=-1)
+        tokens = _tokens(length)
+        labels = [f"{tokens[i]} (query {i})" for i in range(n)]
+        text = {f"key{j}": tokens[j] for j in range(n)} | {f"query{i}": labels[i] for i in range(n)}
+        text |= {f"sees{i}": _sees(labels[i], tokens, allowed[i]) for i in range(n)}
+        setting = (f"Causal {'on' if causal else 'off'}, {length} real tokens"
+                   + (f" and {n - length} {PAD}" if length < n else "")
+                   + (f", {PAD} queries masked too" if pad_queries and length < n else "")
+                   + f": {int(allowed.sum())} of {allowed.size} pairs allowed. ")
+        states[_key(int(causal), length, int(pad_queries))] = {
+            "text": text,
+            "grids": {
+                "additive": _additive_grid(allowed),
+                "weights": [[*cells, ["0" if s == 0 else f"{s:.2f}", PLAIN]]
+                            for cells, s in zip(_grid(weights), sums, strict=True)],
+            },
+            "status": setting + _inspector_notice(causal, length, pad_queries, blind, sums),
+        }
+    key_headers = [(token, f"key{j}") for j, token in enumerate(MASK_TOKENS)]  # a slot may appear twice
+    query_rows = [(token, f"query{i}") for i, token in enumerate(MASK_TOKENS)]
+    body = _mask_body(key_headers, query_rows, "query \\ key",
+                      "Weights: softmax(scores + mask), row by row, and each row's sum", [*key_headers, "sum"])
+    controls = [
+        _checkbox("causal", "Causal", "1"),
+        _select("length", "Real tokens", [(str(m), f"{m} of 6" + ("" if m == 6 else f" ({6 - m} {PAD})"))
+                                          for m in MASK_LENGTHS], "6"),
+        _checkbox("padq", f"Mask the {PAD} queries too", "0"),
+    ]
+    page = _page(
+        "masks", "Mask inspector: the additive mask, the weights, and the keys each query sees", controls, body,
+        states, ["causal", "length", "padq"], _key(1, 6, 0),
+        intro="Each setting's mask is built by attention_ref.masks and its weights by "
+              "scaled_dot_product_attention when the book is built. The status line says what to notice.",
+    )
+    allowed = inspector_allowed(True, 6, False)
+    _, w_default = ar.scaled_dot_product_attention(q, k, v, mask=allowed, return_weights=True)
+    fig, (mask_ax, weight_ax) = _figure(2, 9)
+    _draw_additive(mask_ax, allowed, MASK_TOKENS, MASK_TOKENS, "additive causal mask")
+    ar.plot_attention(w_default, list(MASK_TOKENS), list(MASK_TOKENS), ax=weight_ax, title="weights",
+                      colorbar=False)
+    alt = ("Left: the additive causal mask of six tokens, zero on and below the diagonal and minus infinity above "
+           "it. Right: the attention weights as a heatmap, zero above the diagonal; the first query puts all its "
+           "weight on the first token.")
+    return Explorable("masks", page, _png(fig), alt)
+
+
+def alignment_setting(n_queries, causal, alignment, window):
+    """``(queries' slice, options of scaled_dot_product_attention)`` for one setting of the alignment figure."""
     n_keys = len(MASK_TOKENS)
-    options = {"mask": ar.padding_mask([length], n_keys)[0], "is_causal": causal, "causal_alignment": alignment}
+    options = {"is_causal": causal, "causal_alignment": alignment}
     if window != "none":
         options["window"] = (int(window), int(window))
     return slice(n_keys - n_queries, n_keys), options
 
 
-def mask_allowed(n_queries, causal, alignment, window, length):
+def alignment_allowed(n_queries, causal, alignment, window):
     """Boolean (L, S): which keys each query sees, from the mask builders of attention_ref.masks."""
     import attention_ref as ar
 
     n_keys = len(MASK_TOKENS)
-    allowed = np.broadcast_to(ar.padding_mask([length], n_keys)[0], (n_queries, n_keys))
+    allowed = np.ones((n_queries, n_keys), dtype=bool)
     if causal:
         allowed = allowed & ar.causal_mask(n_queries, n_keys, alignment=alignment)
     if window != "none":
@@ -352,88 +493,85 @@ def _positions(n_queries, n_keys, alignment):
     return np.arange(n_queries) + (n_keys - n_queries if alignment == "bottom-right" else 0)
 
 
-def _sees(label, position, keys, allowed_row):
-    seen = [keys[j] for j in np.flatnonzero(allowed_row)]
-    if not seen:
-        return f"{label} (p = {position}) sees no key: its weights and output are all zero."
-    return f"{label} (p = {position}) sees {len(seen)}: " + ", ".join(seen) + "."
+def _alignment_notice(n_queries, n_keys, causal, alignment, window, positions):
+    """The status line's second half: what this setting shows."""
+    if not causal and window == "none":
+        return "With no causal mask and no window, every query reads every key, wherever it sits."
+    if n_queries == n_keys:
+        notice = "With as many queries as keys, each query sits at its own position and the alignments agree."
+    elif alignment == "top-left":
+        notice = (f"Top-left puts the {n_queries} queries at key positions {positions[0]} to {positions[-1]}, as "
+                  "if they were the first tokens" + (": the last keys are never read." if causal else "."))
+    else:
+        notice = (f"Bottom-right puts the {n_queries} queries at key positions {positions[0]} to "
+                  f"{positions[-1]}, the last tokens" + (": the last query reads every key, as decoding with a "
+                                                         "cache needs." if causal and window == "none" else "."))
+    if window != "none":
+        notice += (f" The window keeps the keys within {window} of each query's position"
+                   + (", on the left only, because the causal mask cuts the right side." if causal else
+                      ", on both sides."))
+    return notice
 
 
-def mask_inspector(seed=5, dim=4):
-    """The mask explorable: additive mask, weights and visible keys for every mask setting."""
+def alignment_inspector(seed=5, dim=4):
+    """The Part II mask explorable: where the causal diagonal sits (top-left or bottom-right) when there are
+    fewer queries than keys, and a window around each query's position, with the weights of each setting."""
     import attention_ref as ar
 
     q, k, v = mask_problem(seed, dim)
     n_keys = len(MASK_TOKENS)
     states = {}
-    for n_queries, causal, alignment, window, length in itertools.product(
-        MASK_QUERIES, (True, False), ALIGNMENTS, MASK_WINDOWS, MASK_LENGTHS
+    for n_queries, causal, alignment, window in itertools.product(
+        MASK_QUERIES, (True, False), ALIGNMENTS, MASK_WINDOWS
     ):
-        rows, options = mask_setting(n_queries, causal, alignment, window, length)
+        rows, options = alignment_setting(n_queries, causal, alignment, window)
         _, weights = ar.scaled_dot_product_attention(q[rows], k, v, return_weights=True, **options)  # (L, S)
-        allowed = mask_allowed(n_queries, causal, alignment, window, length)
+        allowed = alignment_allowed(n_queries, causal, alignment, window)
         np.testing.assert_array_equal(weights > 0, allowed)  # the figure's two views agree
-        bias = ar.mask_to_bias(allowed)
-        keys = [token if j < length else "[pad]" for j, token in enumerate(MASK_TOKENS)]
         positions = _positions(n_queries, n_keys, alignment)
-        labels = [f"q{i}" for i in range(n_queries)]
-        sees = [_sees(labels[i], positions[i], keys, allowed[i]) for i in range(n_queries)]
-        blind = sum(not row.any() for row in allowed)
-        text = {f"key{j}": keys[j] for j in range(n_keys)}
-        text |= {f"query{i}": f"{labels[i]} (p = {positions[i]})" for i in range(n_queries)}
-        text |= {f"sees{i}": sees[i] for i in range(n_queries)}
-        states[_key(n_queries, int(causal), alignment, window, length)] = {
+        labels = [f"query {i} at {positions[i]}" for i in range(n_queries)]
+        text = {f"key{j}": f"{token} ({j})" for j, token in enumerate(MASK_TOKENS)}
+        text |= {f"query{i}": labels[i] for i in range(n_queries)}
+        text |= {f"sees{i}": _sees(labels[i], MASK_TOKENS, allowed[i]) for i in range(n_queries)}
+        window_text = "no window" if window == "none" else f"window {window} either side"
+        states[_key(n_queries, int(causal), alignment, window)] = {
             "text": text,
             "grids": {
-                "additive": [[["0", PLAIN] if b == 0 else [MINUS_INF, MASKED] for b in row] for row in bias],
+                "additive": _additive_grid(allowed),
                 "weights": _grid(weights),
             },
-            "status": (f"L = {n_queries}, S = {n_keys}, causal {'on' if causal else 'off'} ({alignment}), "
-                       f"window {window}, {length} real keys: {int(allowed.sum())} of {allowed.size} pairs allowed"
-                       + (f"; {blind} {'query sees' if blind == 1 else 'queries see'} no key." if blind else ".")),
+            "status": (f"{n_queries} queries, {n_keys} keys, {alignment}, causal {'on' if causal else 'off'}, "
+                       f"{window_text}: {int(allowed.sum())} of {allowed.size} pairs allowed. "
+                       + _alignment_notice(n_queries, n_keys, causal, alignment, window, positions)),
         }
-    key_headers = [(token, f"key{j}") for j, token in enumerate(MASK_TOKENS)]  # a slot may appear twice
-    query_rows = [(f"q{i}", f"query{i}") for i in range(n_keys)]
-    additive = _table("additive", "Additive mask: 0 where the key is allowed, \u2212\u221e where it is not",
-                      key_headers, query_rows, corner="query \\ key")
-    weights = _table("weights", "Weights: softmax(scores + mask), row by row", key_headers, query_rows,
-                     corner="query \\ key")
-    sees = "".join(f'<li data-slot="sees{i}"></li>' for i in range(n_keys))
-    body = (f'<div class="ex-pair">{additive}{weights}</div>'
-            f'<p class="ex-subtitle">Which keys each query sees</p><ul class="ex-sees">{sees}</ul>')
+    key_headers = [(f"{token} ({j})", f"key{j}") for j, token in enumerate(MASK_TOKENS)]
+    query_rows = [(f"query {i}", f"query{i}") for i in range(n_keys)]
+    body = _mask_body(key_headers, query_rows, "query \\ key (position)",
+                      "Weights: softmax(scores + mask), row by row", key_headers)
     controls = [
-        _select("queries", "Queries", [("6", "L = 6 (every token)"), ("3", "L = 3 (the last three)")], "6"),
+        _select("queries", "Queries", [("6", "6 (every token)"), ("3", "3 (the last three tokens)")], "3"),
         _checkbox("causal", "Causal", "1"),
         _select("alignment", "Causal alignment", [(a, a) for a in ALIGNMENTS], "top-left"),
-        _select("window", "Window (w, w)", [(w, "none" if w == "none" else f"w = {w}") for w in MASK_WINDOWS],
+        _select("window", "Window", [(w, "none" if w == "none" else f"{w} either side") for w in MASK_WINDOWS],
                 "none"),
-        _select("length", "Real keys", [(str(n), f"{n} of 6" + ("" if n == 6 else f" ({6 - n} padded)"))
-                                        for n in MASK_LENGTHS], "6"),
     ]
-    default = _key(6, 1, "top-left", "none", 6)
+    default = _key(3, 1, "top-left", "none")
     page = _page(
-        "masks", "Mask inspector: the additive mask, the weights, and the keys each query sees", controls, body,
-        states, ["queries", "causal", "alignment", "window", "length"], default,
+        "alignment", "Causal alignment and windows: the additive mask, the weights, and the keys each query sees",
+        controls, body, states, ["queries", "causal", "alignment", "window"], default,
         intro="Each setting's mask is built by attention_ref.masks and its weights by "
-              "scaled_dot_product_attention when the book is built; p is the query's key position.",
+              "scaled_dot_product_attention when the book is built; a query's position is the key position its "
+              "causal diagonal and its window are measured from.",
     )
-    rows, options = mask_setting(6, True, "top-left", "none", 6)
-    _, w_default = ar.scaled_dot_product_attention(q[rows], k, v, return_weights=True, **options)
-    fig, (mask_ax, weight_ax) = _figure(2, 9)
-    allowed = mask_allowed(6, True, "top-left", "none", 6)
-    mask_ax.imshow(allowed, cmap="Greys_r", vmin=-0.5, vmax=1)
-    for (i, j), ok in np.ndenumerate(allowed):
-        mask_ax.text(j, i, "0" if ok else "\u2212\u221e", ha="center", va="center", color="black" if ok else "white")
-    for ax in (mask_ax, weight_ax):
-        ax.set_xticks(range(n_keys), MASK_TOKENS)
-        ax.set_yticks(range(n_keys), [f"q{i}" for i in range(n_keys)])
-    mask_ax.set_title("additive causal mask")
-    ar.plot_attention(w_default, [f"q{i}" for i in range(n_keys)], list(MASK_TOKENS), ax=weight_ax,
-                      title="weights", colorbar=False)
-    alt = ("Left: the additive causal mask of six tokens, zero on and below the diagonal and minus infinity above "
-           "it. Right: the attention weights as a heatmap, zero above the diagonal; the first query puts all its "
-           "weight on the first token.")
-    return Explorable("masks", page, _png(fig), alt)
+    fig, axes = _figure(2, 9)
+    for ax, alignment in zip(axes, ALIGNMENTS, strict=True):
+        _draw_additive(ax, alignment_allowed(3, True, alignment, "none"), MASK_TOKENS,
+                       [f"query {i}" for i in range(3)], f"causal, {alignment}")
+    alt = ("Two additive causal masks of three queries over six keys, zero where a query may read a key and minus "
+           "infinity where it may not. Left, top-left alignment: the allowed zeros form a triangle in the left "
+           "corner, and the last three keys are never read. Right, bottom-right alignment: the triangle is shifted "
+           "right, and the last query reads all six keys.")
+    return Explorable("alignment", page, _png(fig), alt)
 
 
 # -- 2b. Padding: a batch of two sentences, the mask added and multiplied ------------------------------------
@@ -497,7 +635,7 @@ def padding_batch(seed=7, dim=4):
     page = _page(
         "padding", "A padded batch of two sentences: the padding mask added, and multiplied",
         [_select("sentence", "Sentence", options, "1")], body, states, ["sentence"], _key(1),
-        intro=f"Both sentences are padded to {n_keys} tokens. Multiplying a score by 0 leaves e^0 = 1 in the "
+        intro=f"Both sentences are padded to {n_keys} tokens. Multiplying a score by 0 leaves e\u2070 = 1 in the "
               "softmax, so the padding still gets weight; adding \u2212\u221e gives it exactly none.",
     )
     fig, axes = _figure(2, 9)
