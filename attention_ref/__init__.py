@@ -78,7 +78,7 @@ from .fp8 import quantize_fp8
 from .masks import causal_mask, mask_to_bias, padding_mask, sliding_window_mask
 from .multihead import MultiHeadParams, init_multi_head_params, merge_heads, multi_head_attention, split_heads
 from .paged import block_table_from_indptr, nhd_to_hnd, paged_attention
-from .plotting import plot_attention, plot_heads
+from .plotting import check_labels, plot_attention, plot_heads
 from .positional import alibi_bias, alibi_slopes, apply_rope, sinusoidal_positions
 from .softmax import log_softmax, logsumexp, softmax
 from .varlen import varlen_attention
@@ -101,6 +101,7 @@ __all__ = [
     "causal_mask",
     "causal_mask_mod",
     "chain_score_mods",
+    "check_labels",
     "chunked_mask_mod",
     "decode_step",
     "document_mask_mod",

@@ -12,7 +12,7 @@ import numpy as np
 
 from ._validation import as_real_array, check_bool, check_exact_ndim, check_int, check_real
 
-__all__ = ["plot_attention", "plot_heads"]
+__all__ = ["check_labels", "plot_attention", "plot_heads"]
 
 #: Matrices up to this many rows and columns get their values written in the cells.
 ANNOTATE_MAX = 12
@@ -441,3 +441,77 @@ def plot_heads(
         spare.set_visible(False)
     fig.colorbar(axes[0].images[0], ax=list(axes[:n_heads]), shrink=0.8, label=label)
     return fig
+
+
+def check_labels(fig, boxes=()) -> None:
+    """Assert that a drawn diagram's text is legible: each label inside its box, no two things overlapping.
+
+    Draws `fig` and compares the extents, in pixels, of every text on its
+    axes (titles and tick labels aside) and every patch (boxes, circles):
+
+    * a label paired with a box in `boxes` lies wholly inside that box;
+    * no label overlaps another label, or a box it is not paired with.
+
+    Parameters
+    ----------
+    fig : matplotlib.figure.Figure
+        The diagram, drawn with ``ax.text`` labels and patches.
+    boxes : iterable of (patch, text) pairs, optional
+        Each box with the label that belongs inside it.
+
+    Returns
+    -------
+    None
+
+    Raises
+    ------
+    AssertionError
+        Naming the label that leaves its box or the two things that overlap.
+    TypeError
+        If `fig` is not a matplotlib figure.
+
+    See Also
+    --------
+    plot_attention : heatmaps, whose cell values need no such check.
+
+    Examples
+    --------
+    >>> import matplotlib
+    >>> matplotlib.use("agg")
+    >>> import matplotlib.pyplot as plt
+    >>> from matplotlib.patches import Rectangle
+    >>> from attention_ref.plotting import check_labels
+    >>> fig, ax = plt.subplots(figsize=(3, 2))
+    >>> box = ax.add_patch(Rectangle((0.1, 0.3), 0.8, 0.4))
+    >>> label = ax.text(0.5, 0.5, "softmax", ha="center", va="center")
+    >>> check_labels(fig, [(box, label)])
+    >>> clash = ax.text(0.5, 0.5, "scores", ha="center", va="center")
+    >>> check_labels(fig, [(box, label)])
+    Traceback (most recent call last):
+    ...
+    AssertionError: the labels 'softmax' and 'scores' overlap
+    >>> plt.close(fig)
+    """
+    _require_matplotlib("check_labels")
+    from matplotlib.figure import Figure
+
+    if not isinstance(fig, Figure):
+        raise TypeError(f"fig must be a matplotlib Figure; got {type(fig).__name__}")
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    owner = {id(label): patch for patch, label in boxes}
+    texts = [t for ax in fig.axes for t in ax.texts if t.get_visible() and t.get_text().strip()]
+    patches = [p for ax in fig.axes for p in ax.patches if p.get_visible()]
+    for n, text in enumerate(texts):
+        inner = text.get_window_extent(renderer)
+        for patch in patches:
+            outer = patch.get_window_extent(renderer)
+            if owner.get(id(text)) is patch:
+                inside = outer.x0 <= inner.x0 and inner.x1 <= outer.x1 and outer.y0 <= inner.y0 and inner.y1 <= outer.y1
+                if not inside:
+                    raise AssertionError(f"the label {text.get_text()!r} leaves its box")
+            elif inner.overlaps(outer):
+                raise AssertionError(f"the label {text.get_text()!r} overlaps a {type(patch).__name__} it is not in")
+        for other in texts[n + 1 :]:
+            if inner.overlaps(other.get_window_extent(renderer)):
+                raise AssertionError(f"the labels {text.get_text()!r} and {other.get_text()!r} overlap")

@@ -426,3 +426,38 @@ def test_figures_follow_the_rc_background_rather_than_forcing_one():
         ax = plot_attention(np.eye(2))
     assert ax.figure.get_facecolor() == pytest.approx((0.5, 0.5, 0.5, 1.0))
     assert ax.get_facecolor() == pytest.approx((0.25, 0.25, 0.25, 1.0))
+
+
+def _diagram():
+    from matplotlib.patches import Rectangle
+
+    fig, ax = plt.subplots(figsize=(3, 2))
+    box = ax.add_patch(Rectangle((0.1, 0.3), 0.8, 0.4))
+    label = ax.text(0.5, 0.5, "softmax", ha="center", va="center")
+    return fig, ax, box, label
+
+
+def test_check_labels_passes_a_clean_diagram_and_names_each_fault():
+    from attention_ref import check_labels
+
+    fig, ax, box, label = _diagram()
+    check_labels(fig, [(box, label)])
+    label.set_text("a label far wider than its box")
+    with pytest.raises(AssertionError, match="'a label far wider than its box' leaves its box"):
+        check_labels(fig, [(box, label)])
+    label.set_text("softmax")
+    clash = ax.text(0.5, 0.5, "scores", ha="center", va="center")
+    with pytest.raises(AssertionError, match="labels 'softmax' and 'scores' overlap"):
+        check_labels(fig, [(box, label), (box, clash)])
+    clash.remove()
+    ax.text(0.5, 0.69, "on the edge", ha="center", va="center")  # not paired: may not touch the box
+    with pytest.raises(AssertionError, match="'on the edge' overlaps a Rectangle"):
+        check_labels(fig, [(box, label)])
+
+
+def test_check_labels_takes_a_figure_only():
+    from attention_ref import check_labels
+
+    _fig, ax, _, _ = _diagram()
+    with pytest.raises(TypeError, match="fig must be a matplotlib Figure; got Axes"):
+        check_labels(ax)
