@@ -207,7 +207,7 @@ def fill_reading_paths(app, doctree, docname):
     for placeholder in list(doctree.findall(reading_paths)):
         listing = nodes.bullet_list(classes=["reading-paths"])
         for caption, docnames in parts(_source(env, docname)):
-            if not caption.startswith("Part "):  # "Start here" and "Reference" are not reading paths
+            if not caption.startswith("Part "):  # "Reference" is not a reading path
                 continue
             total = sum(reading(_source(env, name)).minutes for name in docnames if name in env.found_docs)
             item = nodes.paragraph()
