@@ -66,17 +66,26 @@ def _is_glue_call(statement) -> bool:
                                                                    and func.attr == "glue")
 
 
+def _only_glue(statement) -> bool:
+    """A glue() call, or a loop whose body is glue() calls only (``for name, value in ...: glue(...)``)."""
+    if _is_glue_call(statement):
+        return True
+    return (isinstance(statement, ast.For) and not statement.orelse
+            and all(_only_glue(inner) for inner in statement.body))
+
+
 def without_glue(source: str) -> str:
-    """Python `source` without its ``glue(...)`` statements (at any depth), or unchanged if it does not parse or
-    would not parse without them (a glue call alone in a block)."""
+    """Python `source` without its ``glue(...)`` statements and loops of them (at any depth), or unchanged if it
+    does not parse or would not parse without them (a glue call alone in an ``if``)."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
         return source
     drop = set()
     for node in ast.walk(tree):
-        for statement in getattr(node, "body", []) + getattr(node, "orelse", []) + getattr(node, "finalbody", []):
-            if isinstance(statement, ast.stmt) and _is_glue_call(statement):
+        blocks = (getattr(node, field, None) for field in ("body", "orelse", "finalbody"))
+        for statement in (item for block in blocks if isinstance(block, list) for item in block):
+            if _only_glue(statement):
                 drop.update(range(statement.lineno, statement.end_lineno + 1))
     if not drop:
         return source
