@@ -180,7 +180,9 @@ latex_elements = {
     "preamble": r"\usepackage{attention_ref}",
     # Sphinx titles the table of contents with the first toctree's caption ("Part I. Attention"): it is the contents.
     "tableofcontents": r"\renewcommand{\contentsname}{Contents}\sphinxtableofcontents",
-    "figure_align": "H",  # a figure stays beside the text that describes it
+    # A figure goes where it fits, here or at the top of the next page: "H" (exactly here) left the rest of a page
+    # blank whenever a figure was taller than it, as on Part I's opening page.
+    "figure_align": "htbp",
     "sphinxsetup": "verbatimwrapslines=true, verbatimforcewraps=true, verbatimmaxunderfull=0",
 }
 epub_basename = "attention_ref"

@@ -9,9 +9,9 @@ page inlined by one of the landing page's toctrees is moved up to the top level,
 nothing here: they are read from the landing page's toctrees.
 
 Corrects too: a caption carries its own number ("Part I. Attention"), and LaTeX numbered the parts again (the
-contents read "II Part I. Attention"); a part is an unnumbered ``\\part*`` with its own contents line, as the
-caption reads. The part's page is not a page of its own: ``docs/_latex/attention_ref.sty`` sets its title at the
-top of the first chapter's page (a whole page for one line left Part I's opening page mostly blank).
+contents read "II Part I. Attention"); a part is unnumbered, with its own contents line, as the caption reads.
+Nor is a part a page of its own: ``docs/_latex/attention_ref.sty`` sets its title at the top of the page where
+its first chapter begins (a page for one line, then a blank page, opened Part I).
 
 Public API only (``doctree-resolved``; ``addnodes.start_of_file``, which wraps each inlined page). Verified with
 Sphinx 9.0.4.
@@ -33,9 +33,9 @@ def landing_toctrees(env):
 
 
 def part_latex(caption: str) -> str:
-    """The LaTeX of a part titled `caption`: unnumbered (the caption has its number), with a contents line."""
-    title = escape(caption)
-    return f"\\part*{{{title}}}\n\\addcontentsline{{toc}}{{part}}{{{title}}}\n"
+    """The LaTeX of a part titled `caption`: ``\\AttnRefPart`` (``docs/_latex/attention_ref.sty``), unnumbered (the
+    caption has its number), with a contents line, on the page of its first chapter."""
+    return f"\\AttnRefPart{{{escape(caption)}}}\n"
 
 
 def lift_pages_to_chapters(app, doctree, docname):
