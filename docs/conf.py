@@ -40,10 +40,12 @@ extensions = [
     "early_assets",  # MathJax's and MyST-NB's files in place before pages are written
     "mathjax_prune",  # MathJax 3 self-hosted (sphinx-mathjax-offline): only the files tex-chtml.js can request
     "citation_roles",  # citations get an ARIA role axe accepts
+    "citation_parentheses",  # a citation inside parentheses reads "(Vaswani et al., 2017)", not doubly bracketed
     "live_code",  # "Live code" button: cells run on make serve's kernel or Binder; launch menu when the repo is known
     "reading_time",  # each page's reading time under its title; the reading paths' totals on the landing page
     "explorables",  # figures to play with on the static page: every state computed at build time, shown by a script
     "dropdowns",  # admonitions with the dropdown class ("Going deeper") fold as <details>, with no script
+    "solutions",  # solution folds say "Solution"; no glue() call in a solution's shown source
     "print_edition",  # PDF and EPUB: solutions under a heading after their exercise, no folded cells
     "epub_math",  # the EPUB's equations as images (epub_math_renderer), the site's with MathJax
     "epub_styles",  # the EPUB: its theme's stylesheets only (epubcheck rejects the site's)
@@ -177,9 +179,11 @@ latex_additional_files = ["_latex/attention_ref.sty"]  # fonts (DejaVu), tables,
 latex_elements = {
     "fontpkg": "",  # attention_ref.sty sets the fonts
     "preamble": r"\usepackage{attention_ref}",
-    # Sphinx titles the table of contents with the first toctree's caption ("Start here"): it is the contents.
+    # Sphinx titles the table of contents with the first toctree's caption ("Part I. Attention"): it is the contents.
     "tableofcontents": r"\renewcommand{\contentsname}{Contents}\sphinxtableofcontents",
-    "figure_align": "H",  # a figure stays beside the text that describes it
+    # A figure goes where it fits, here or at the top of the next page: "H" (exactly here) left the rest of a page
+    # blank whenever a figure was taller than it, as on Part I's opening page.
+    "figure_align": "htbp",
     "sphinxsetup": "verbatimwrapslines=true, verbatimforcewraps=true, verbatimmaxunderfull=0",
 }
 epub_basename = "attention_ref"

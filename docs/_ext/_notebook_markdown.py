@@ -18,7 +18,14 @@ chapter, ``:::{admonition}`` fences and no figure. Here each Markdown cell is re
 
 A directive or role it does not know stops the build (``UnknownMarkup``) rather than leaving markup a reader
 would see. Code cells the book hides (``hide-cell``, ``hide-input`` tags) get ``jupyter.source_hidden`` (and
-``hide-output`` ``jupyter.outputs_hidden``), so exercise solutions open collapsed.
+``hide-output`` ``jupyter.outputs_hidden``), which JupyterLab and VS Code honour.
+
+Corrects for exercise solutions (the hidden code cells directly after a Markdown cell that ends with an
+``Exercise`` admonition, `mark_solutions`): Colab ignores ``jupyter.source_hidden``, so a solution opened there
+showed in full under its exercise. A solution cell becomes a Colab form cell: its first line ``#@title Solution
+to Exercise N.M { display-mode: "form" }`` and ``metadata.cellView = "form"``, which Colab shows as the title
+alone until the reader chooses "Show code"; its outputs are left out (running it shows them), and its
+``glue(...)`` statements, the book's plumbing, are taken out (``solutions.without_glue``).
 
 Used by ``notebook_download`` for every downloaded notebook; the committed notebooks of ``_launch_notebooks``
 are made from those, so both carry the same text. The values, links and includes come from a ``Book`` that
@@ -37,6 +44,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from myst_nb.core.variables import format_plain_text
+from solutions import without_glue
 
 GLUE_PREFIX = "application/papermill.record/"
 # A role in MyST: {name}`content`, content with no backtick.
@@ -55,6 +63,10 @@ ADMONITION_TITLES = {
 }
 HIDDEN_SOURCE_TAGS = {"hide-cell", "hide-input", "remove-input"}
 HIDDEN_OUTPUT_TAGS = {"hide-cell", "hide-output", "remove-output"}
+# The opening line of an exercise (":::{admonition} Exercise 4.2") and of any colon-fenced directive.
+EXERCISE_OPEN = re.compile(r"^ {0,3}:{3,}\{admonition\}\s*(?P<title>Exercise\b.*?)\s*$", re.MULTILINE)
+COLON_OPEN = re.compile(r"^ {0,3}:{3,}\{", re.MULTILINE)
+SOLUTION_TAGS = {"hide-cell"}
 
 
 class UnknownMarkup(ValueError):
@@ -249,11 +261,51 @@ def _glue_record(output):
         key.startswith(GLUE_PREFIX) for key in data)
 
 
+def _ending_exercise(source):
+    """The title of the exercise the MyST Markdown `source` ends with (nothing but its close after it), or None."""
+    text = _text(source).rstrip()
+    openings = list(COLON_OPEN.finditer(text))
+    exercise = EXERCISE_OPEN.match(text, openings[-1].start()) if openings else None
+    if exercise is None:
+        return None
+    fence = re.match(r" {0,3}(:{3,})", text[exercise.start():]).group(1)
+    return exercise["title"] if text.endswith(fence) else None
+
+
+def solution_titles(cells):
+    """``{index: exercise title}`` of the solution cells among `cells` (MyST Markdown and code cells, in order):
+    each hidden code cell directly after a Markdown cell that ends with an exercise, and each hidden code cell
+    directly after one of those."""
+    found, title = {}, None
+    for index, cell in enumerate(cells):
+        if cell.get("cell_type") == "markdown":
+            title = _ending_exercise(cell["source"])
+            continue
+        if cell.get("cell_type") == "code" and title and SOLUTION_TAGS & set(cell.get("metadata", {}).get("tags", [])):
+            found[index] = title
+        else:
+            title = None
+    return found
+
+
+def as_solution(cell, title):
+    """Solution cell `cell` as Colab and Jupyter show a solution: titled, folded, no outputs, no glue()."""
+    source = without_glue(_text(cell["source"]))
+    cell["source"] = f'#@title Solution to {title} {{ display-mode: "form" }}\n{source}'
+    cell["outputs"] = []
+    metadata = cell.setdefault("metadata", {})
+    metadata["cellView"] = "form"
+    metadata.setdefault("jupyter", {}).update(source_hidden=True, outputs_hidden=True)
+    return cell
+
+
 def for_readers(notebook, book):
     """The notebook with its Markdown cells in plain Markdown, the book's hidden code cells collapsed and the
     glued-only values dropped from the outputs (they are written into the Markdown; front ends other than MyST-NB
-    have no renderer for their MIME types, and VS Code says so under the cell)."""
-    for cell in notebook.get("cells", []):
+    have no renderer for their MIME types, and VS Code says so under the cell), and the solutions folded in a way
+    Colab honours too (`as_solution`)."""
+    solutions = solution_titles(notebook.get("cells", []))
+    for index, cell in enumerate(notebook.get("cells", [])):
         if cell.get("cell_type") == "markdown":
             cell["source"] = to_markdown(cell["source"], book)
         elif cell.get("cell_type") == "code":
@@ -263,4 +315,6 @@ def for_readers(notebook, book):
                                                     ("outputs_hidden", HIDDEN_OUTPUT_TAGS)) if tags & hiding}
             if hidden:
                 cell.setdefault("metadata", {}).setdefault("jupyter", {}).update(hidden)
+            if index in solutions:
+                as_solution(cell, solutions[index])
     return notebook

@@ -5,8 +5,13 @@ end of the landing page's last section ("Building the book locally") became sect
 toctrees' captions ("Part I. Attention", ...), which the site shows in its navigation, were dropped. After the
 builder has assembled the book (the ``doctree-resolved`` event of the root document, LaTeX builder only), each
 page inlined by one of the landing page's toctrees is moved up to the top level, where its title becomes a
-``\\chapter``, and each toctree's caption becomes a ``\\part`` before its first page. New pages and new parts need
+``\\chapter``, and each toctree's caption becomes a part before its first page. New pages and new parts need
 nothing here: they are read from the landing page's toctrees.
+
+Corrects too: a caption carries its own number ("Part I. Attention"), and LaTeX numbered the parts again (the
+contents read "II Part I. Attention"); a part is unnumbered, with its own contents line, as the caption reads.
+Nor is a part a page of its own: ``docs/_latex/attention_ref.sty`` sets its title at the top of the page where
+its first chapter begins (a page for one line, then a blank page, opened Part I).
 
 Public API only (``doctree-resolved``; ``addnodes.start_of_file``, which wraps each inlined page). Verified with
 Sphinx 9.0.4.
@@ -27,6 +32,12 @@ def landing_toctrees(env):
     ]
 
 
+def part_latex(caption: str) -> str:
+    """The LaTeX of a part titled `caption`: ``\\AttnRefPart`` (``docs/_latex/attention_ref.sty``), unnumbered (the
+    caption has its number), with a contents line, on the page of its first chapter."""
+    return f"\\AttnRefPart{{{escape(caption)}}}\n"
+
+
 def lift_pages_to_chapters(app, doctree, docname):
     if app.builder.name != "latex" or docname != app.config.root_doc:
         return
@@ -37,7 +48,7 @@ def lift_pages_to_chapters(app, doctree, docname):
     for caption, docnames in landing_toctrees(app.env):
         pages = [inlined[name] for name in docnames if name in inlined]
         if pages and caption:
-            top += nodes.raw("", f"\\part{{{escape(caption)}}}\n", format="latex")
+            top += nodes.raw("", part_latex(caption), format="latex")
         for page in pages:
             wrapper = page.parent
             wrapper.remove(page)

@@ -16,7 +16,8 @@ checks before it makes the committed notebooks from it.
 
 Adds what a notebook needs to run outside the repository (``runnable_anywhere``, also used for the committed
 notebooks of ``_launch_notebooks``): a first cell that checks ``attention_ref`` (and ``ml_dtypes`` where the
-chapter imports it) can be imported, installs what is missing when it runs in Colab and the repository is known
+chapter imports it, or calls what needs it: ``NEEDED_THROUGH``) can be imported, installs what is missing
+when it runs in Colab and the repository is known
 (from the theme's ``repository_url`` and ``repository_branch``, which ``live_code`` sets), and otherwise prints
 the ``%pip install`` line and raises; a stand-in for ``myst_nb.glue`` where myst-nb is missing, which shows a
 value only when asked to (``display=True``), as ``glue`` does outside the book (the values the prose uses are
@@ -64,8 +65,11 @@ EMBEDDED = {
     "docs/chapters/sensitivity_record.json": r"json\.loads\(SENSITIVITY_FILE\.read_text\(\)\)",
 }
 # What the chapters import beyond attention_ref and its own requirements, and the pip name of each. The setup
-# cell checks for the ones a notebook imports.
+# cell checks for the ones a notebook imports, and for the ones it needs through attention_ref (`NEEDED_THROUGH`).
 OPTIONAL = {"ml_dtypes": "ml_dtypes", "hypothesis": "hypothesis"}
+# Code that makes attention_ref import an optional module: its bfloat16 and fp8 dtypes are ml_dtypes'. A notebook
+# that only calls ar.quantize_fp8 imports nothing itself, yet fails half-way without ml_dtypes.
+NEEDED_THROUGH = {"ml_dtypes": re.compile(r"\bbfloat16\b|\bfloat8_|\bfloat[46]_|\bquantize_fp8\b|_descale\b")}
 SETUP_CELL = """\
 # This notebook is a page of the attention_ref book. This cell checks that what it needs can be imported.
 import importlib
@@ -103,8 +107,9 @@ def install_spec(repository_url, branch):
 
 
 def _imported(source):
-    """Top-level names of the modules the code `source` imports."""
-    return set(re.findall(r"^\s*(?:import|from)\s+([A-Za-z_]\w*)", source, flags=re.MULTILINE))
+    """Top-level names of the modules the code `source` imports, itself or through attention_ref."""
+    found = set(re.findall(r"^\s*(?:import|from)\s+([A-Za-z_]\w*)", source, flags=re.MULTILINE))
+    return found | {name for name, uses in NEEDED_THROUGH.items() if uses.search(source)}
 
 
 def _setup_cell(install, others):

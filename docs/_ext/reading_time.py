@@ -18,8 +18,7 @@ The rule (stated once, here, and in the line each page shows):
   counted: a reader may open it, but need not.
 
 :func:`prose_words` is the one definition of prose: ``tests/test_reading_time.py`` checks the book's word budget
-with it (:data:`PART_I_PAGE_WORDS` per page of Part I, Part I in :data:`PART_I_MINUTES` minutes give or take
-:data:`PART_I_TOLERANCE`).
+with it (:data:`PART_I_PAGE_WORDS` per page of Part I, Part I in at most :data:`PART_I_MINUTES` minutes).
 
 Public API only (``doctree-read``, ``doctree-resolved`` and ``env-get-outdated`` events, a directive and a node).
 Verified with Sphinx 9.0.4, docutils 0.22 and MyST-NB 1.3.
@@ -38,8 +37,7 @@ from sphinx.util.docutils import SphinxDirective
 WORDS_PER_MINUTE = 200
 SECONDS_PER_CODE_CELL = 15
 PART_I_PAGE_WORDS = 1600  # no page of Part I has more prose words than this
-PART_I_MINUTES = 90  # Part I, the newcomer's path, reads in about this many minutes
-PART_I_TOLERANCE = 10  # "about": within this many minutes either way
+PART_I_MINUTES = 60  # Part I, the newcomer's path, reads in at most this many minutes
 
 _FENCE = re.compile(r"^(`{3,}|~{3,})\s*(\{[\w:-]+\})?")
 _PROSE_DIRECTIVES = {
@@ -165,11 +163,18 @@ def _source(env, docname):
     return Path(env.doc2path(docname)).read_text(encoding="utf-8")
 
 
-def _line(page: Reading):
-    text = (
-        f"Reading time: {minutes_text(page.minutes)} ({page.words:,} words of prose at {WORDS_PER_MINUTE} a "
-        f"minute, {page.code_cells} code cell{'s' if page.code_cells != 1 else ''} at {SECONDS_PER_CODE_CELL} s each)"
+def line_text(page: Reading) -> str:
+    """The line under a page's title; it names code cells only where the page shows some."""
+    cells = (
+        f", {page.code_cells} code cell{'s' if page.code_cells != 1 else ''} at {SECONDS_PER_CODE_CELL} s each"
+        if page.code_cells else ""
     )
+    prose = f"{page.words:,} words of prose at {WORDS_PER_MINUTE} a minute"
+    return f"Reading time: {minutes_text(page.minutes)} ({prose}{cells})"
+
+
+def _line(page: Reading):
+    text = line_text(page)
     return nodes.paragraph(text, text, classes=["reading-time"])
 
 
@@ -202,7 +207,7 @@ def fill_reading_paths(app, doctree, docname):
     for placeholder in list(doctree.findall(reading_paths)):
         listing = nodes.bullet_list(classes=["reading-paths"])
         for caption, docnames in parts(_source(env, docname)):
-            if not caption.startswith("Part "):  # "Start here" and "Reference" are not reading paths
+            if not caption.startswith("Part "):  # "Reference" is not a reading path
                 continue
             total = sum(reading(_source(env, name)).minutes for name in docnames if name in env.found_docs)
             item = nodes.paragraph()
