@@ -50,10 +50,6 @@ MIN_BOUNDS = 25
 # Glued thresholds: "X happens above T" is true when T is at or above the true threshold, so the shown value
 # must round up although the word is "above" (and down for "X happens below T"). page -> {glue name: reason}.
 THRESHOLDS: dict[str, dict[str, str]] = {
-    "chapters/03_softmax": {
-        "ch03_log_max32": "float32's e^x overflows for every x above the shown value",
-        "ch03_f16_logmax": "float16's e^x overflows for every x above the shown value",
-    },
     "chapters/low_precision": {
         "lp_f16_logmax": "float16's e^x overflows for every x above the shown value",
         "lp_bf16_logmax": "bfloat16's e^x overflows for every x above the shown value",
