@@ -307,8 +307,9 @@ def test_lookup_in_the_page(chapter_page):
     assert len(inputs["queries"]) >= 3 and len(inputs["temperatures"]) >= 2
     names = [option.text_content() for option in query.locator("option").all()]
     for a, b in itertools.product(range(len(inputs["queries"])), range(len(inputs["temperatures"]))):
-        query.select_option(str(a))
-        temperature.select_option(str(b))
+        # By index: Playwright matches a string against labels too, and "1" is a temperature's label.
+        query.select_option(index=a)
+        temperature.select_option(index=b)
         shown = _shown(figure)
         rows, output, _ = _lookup_expected(inputs["keys"], inputs["values"], inputs["queries"][a],
                                            inputs["temperatures"][b])
