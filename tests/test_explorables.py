@@ -142,7 +142,7 @@ def _lookup_expected(keys, values, q, temperature):
     weights = ar.softmax(scores / temperature)
     terms = weights[:, None] * values
     running = np.cumsum(terms, axis=0)
-    vec = lambda x: "(" + ", ".join(f"{c:.2f}" for c in x) + ")"  # noqa: E731
+    vec = lambda x: "(" + ",\u00a0".join(f"{c + 0.0:.2f}".replace("-0.00", "0.00") for c in x) + ")"  # noqa: E731
     rows = [[f"{scores[j]:.2f}", _formatted(weights[j])[0][0], vec(values[j]), vec(terms[j]), vec(running[j])]
             for j in range(len(keys))]
     return rows, vec(weights @ values), weights

@@ -494,7 +494,8 @@ def padding_batch(seed=7, dim=4):
 
 
 def _vector(x) -> str:
-    return "(" + ", ".join(f"{c:.2f}" for c in x) + ")"
+    """A short vector to two decimals, kept on one line (a no-break space after each comma); no "-0.00"."""
+    return "(" + ",\u00a0".join(f"{c:.2f}".replace("-0.00", "0.00") for c in x) + ")"
 
 
 _SUB_J = "<sub><i>j</i></sub>"  # the key index, typeset
@@ -547,7 +548,7 @@ def lookup_terms(keys, values, key_labels, queries, query_labels, temperatures=(
                       f"{_vector(v[top])}.",
         }
     columns = [f"score <i>s</i>{_SUB_J}", f"weight <i>\u03b1</i>{_SUB_J}", f"value <i>v</i>{_SUB_J}",
-               f"term <i>\u03b1</i>{_SUB_J}<i>v</i>{_SUB_J}", "running sum of the terms"]
+               f"term <i>\u03b1</i>{_SUB_J}<i>v</i>{_SUB_J}", "running sum"]
     table = _html_table("terms", "Each book's share of the output, top to bottom", columns, books, "book")
     summary = ('<p class="ex-summary">Output = \u03a3 <i>\u03b1</i><sub><i>j</i></sub> <i>v</i><sub><i>j</i>'
                '</sub> = <span data-slot="output"></span>: the last running sum.</p>')
