@@ -91,7 +91,7 @@ def _expected_inspector(ex, causal, length, pad_queries):
 def test_each_figure_is_html_and_a_still_png_with_alt_text(ex):
     q = np.eye(3)
     figures = [ex.scaling_selector(), ex.mask_inspector(), ex.padding_batch(),
-               ex.attention_heatmap(q, q, q, "abc", "xyz"), ex.alignment_inspector()]
+               ex.lookup_terms(q, q[:, :2], "abc", q, "xyz"), ex.alignment_inspector()]
     for figure in figures:
         data, metadata = figure._repr_mimebundle_()
         assert data["text/html"].startswith('<figure class="explorable"')
@@ -193,16 +193,35 @@ def test_padding_states_add_the_mask_and_multiply_it(ex):
     assert np.all(added[1][:, n:] == 0) and np.all(multiplied[1][:, n:] > 0.05)  # what the figure is for
 
 
-def test_heatmap_states_are_each_querys_weights_and_output(ex, rng):
-    q, k, v = rng.standard_normal((3, 4)), rng.standard_normal((5, 4)), rng.standard_normal((5, 2))
-    table = _data(ex.attention_heatmap(q, k, v, ["a", "b", "c"], list("vwxyz"), scale=0.7))
-    weights = ar.softmax(q @ k.T * 0.7)
-    for i in range(3):
-        state = table["states"][str(i)]
-        assert _texts(state["grids"]["heatmap"]) == _formatted(weights)
-        assert [bar[1] for bar in state["bars"]["row"]] == _formatted(weights[i])[0]
-        assert state["text"]["output"] == "(" + ", ".join(f"{x:.2f}" for x in weights[i] @ v) + ")"
-    assert table["inputs"] == {"q": q.tolist(), "k": k.tolist(), "v": v.tolist(), "scale": 0.7}
+def _lookup_expected(keys, values, q, temperature):
+    """What the lookup figure shows for one setting, from the definitions: scores q . k_j, weights the softmax of
+    the scores over T, terms alpha_j v_j, their running sum and the output."""
+    keys, values, q = (np.asarray(x, dtype=float) for x in (keys, values, q))
+    scores = keys @ q
+    weights = ar.softmax(scores / temperature)
+    terms = weights[:, None] * values
+    running = np.cumsum(terms, axis=0)
+    vec = lambda x: "(" + ",\u00a0".join(f"{c + 0.0:.2f}".replace("-0.00", "0.00") for c in x) + ")"  # noqa: E731
+    rows = [[f"{scores[j]:.2f}", _formatted(weights[j])[0][0], vec(values[j]), vec(terms[j]), vec(running[j])]
+            for j in range(len(keys))]
+    return rows, vec(weights @ values), weights
+
+
+def test_lookup_states_are_each_term_and_their_sum(ex, rng):
+    keys, values, queries = rng.standard_normal((5, 3)), rng.standard_normal((5, 2)), rng.standard_normal((3, 3))
+    table = _data(ex.lookup_terms(keys, values, list("vwxyz"), queries, ["a", "b", "c"], temperatures=(2.0, 0.5)))
+    assert table["order"] == ["query", "temperature"] and len(table["states"]) == 3 * 2
+    for a, b in itertools.product(range(3), range(2)):
+        state = table["states"][f"{a}|{b}"]
+        rows, output, weights = _lookup_expected(keys, values, queries[a], (2.0, 0.5)[b])
+        assert _texts(state["grids"]["terms"]) == rows
+        assert state["text"]["output"] == output == rows[-1][-1]  # the last running sum is the output
+        assert f"{'vwxyz'[int(np.argmax(weights))]} takes {weights.max():.2f} of the weight" in state["status"]
+    assert table["inputs"] == {"keys": keys.tolist(), "values": values.tolist(), "queries": queries.tolist(),
+                               "temperatures": [2.0, 0.5]}
+    # Labels are typeset: the symbols of the columns are HTML, not raw text.
+    page = ex.lookup_terms(keys, values, list("vwxyz"), queries, "abc")._repr_mimebundle_()[0]["text/html"]
+    assert "<i>\u03b1</i><sub><i>j</i></sub>" in page and "s_j" not in page and "alpha" not in page
 
 
 def test_the_json_cannot_close_its_script_element(ex):
@@ -362,35 +381,25 @@ def test_padding_batch_in_the_page(ex, chapter_page):
 
 
 @pytest.mark.browser
-def test_heatmap_in_the_page_by_pointer_and_keyboard(chapter_page):
+def test_lookup_in_the_page(chapter_page):
     seen = chapter_page("chapters/01_queries_keys_values.html")
-    page = seen.page
-    figure = page.locator("#explorable-heatmap")
+    figure = seen.page.locator("#explorable-lookup")
     inputs = json.loads(figure.locator("script.ex-data").text_content())["inputs"]
-    q, k, v = (np.array(inputs[name]) for name in "qkv")
-    out, weights = ar.scaled_dot_product_attention(q, k, v, scale=inputs["scale"], return_weights=True)
-    rows = figure.locator("tbody tr")
-    assert rows.count() == len(q) >= 2
-
-    def check(i):
+    query, temperature = figure.get_by_label("Query"), figure.get_by_label("Temperature")
+    assert len(inputs["queries"]) >= 3 and len(inputs["temperatures"]) >= 2
+    names = [option.text_content() for option in query.locator("option").all()]
+    for a, b in itertools.product(range(len(inputs["queries"])), range(len(inputs["temperatures"]))):
+        # By index: Playwright matches a string against labels too, and "1" is a temperature's label.
+        query.select_option(index=a)
+        temperature.select_option(index=b)
         shown = _shown(figure)
-        assert shown["grids"]["heatmap"] == _formatted(weights)
-        assert shown["bars"]["row"] == _formatted(weights[i])[0]
-        assert shown["slots"]["output"] == "(" + ", ".join(f"{x:.2f}" for x in out[i]) + ")"
-        pressed = [b.get_attribute("aria-pressed") for b in figure.locator("button.ex-row").all()]
-        assert pressed == ["true" if j == i else "false" for j in range(len(q))]
-
-    check(0)
-    for i in reversed(range(len(q))):  # pointing at a row
-        rows.nth(i).hover()
-        check(i)
-        assert _shown(figure)["slots"]["status"].startswith(figure.locator("button.ex-row").nth(i).text_content())
-    figure.locator("button.ex-row").first.focus()  # the keyboard: Tab from one query to the next
-    check(0)
-    for i in range(1, len(q)):
-        page.keyboard.press("Tab")
-        check(i)
-    assert seen.errors == []
+        rows, output, _ = _lookup_expected(inputs["keys"], inputs["values"], inputs["queries"][a],
+                                           inputs["temperatures"][b])
+        assert shown["grids"]["terms"] == rows, (a, b)
+        assert shown["slots"]["output"] == output
+        if (a, b) != (0, 0):  # every change is announced (the default, shown on arrival, is not)
+            assert shown["slots"]["status"].startswith(f"{names[a]}, temperature {inputs['temperatures'][b]:g}:")
+    assert seen.errors == [] and seen.foreign == []
 
 
 @pytest.mark.browser

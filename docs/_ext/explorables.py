@@ -651,62 +651,112 @@ def padding_batch(seed=7, dim=4):
     return Explorable("padding", page, _png(fig), alt)
 
 
-# -- 3. A heatmap whose rows open: one query's weights and its blended output -------------------------------
+# -- 3. The soft lookup term by term: each weight x value adds up to the output -----------------------------
 
 
 def _vector(x) -> str:
-    return "(" + ", ".join(f"{c:.2f}" for c in x) + ")"
+    """A short vector to two decimals, kept on one line (a no-break space after each comma); no "-0.00"."""
+    return "(" + ",\u00a0".join(f"{c:.2f}".replace("-0.00", "0.00") for c in x) + ")"
 
 
-def attention_heatmap(q, k, v, query_labels, key_labels, *, scale=None, title="Attention weights"):
-    """The heatmap explorable of ``scaled_dot_product_attention(q, k, v, scale=scale)``: pointing at or focusing a
-    query shows its weights over the keys and its output, the blend of the values.
+_SUB_J = "<sub><i>j</i></sub>"  # the key index, typeset
 
-    `q` (L, E), `k` (S, E) and `v` (S, Ev) are carried in the page too (``inputs``), so a test can recompute what
-    each row shows.
-    """
+
+def _html_table(name, caption, columns, rows, corner):
+    """A table whose body cells the script fills from the state's grid `name`; `columns` are trusted HTML
+    (typeset symbols), `rows` and `corner` plain text."""
+    head = f'<th scope="col">{_e(corner)}</th>' + "".join(f'<th scope="col">{c}</th>' for c in columns)
+    cells = '<td class="ex-cell"></td>' * len(columns)
+    body = "".join(f'<tr><th scope="row">{_e(row)}</th>{cells}</tr>' for row in rows)
+    return (f'<table class="ex-table" data-grid="{name}"><caption>{_e(caption)}</caption>'
+            f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+
+
+def lookup_state(q, k, v, temperature):
+    """One setting of the lookup explorable, from the package: scores ``s_j = q . k_j`` (shown unscaled), the
+    weights (softmax of ``s_j / T``), each term ``alpha_j v_j``, their running sum and the output."""
     import attention_ref as ar
 
-    q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
-    out, weights = ar.scaled_dot_product_attention(q, k, v, scale=scale, return_weights=True)  # (L, Ev), (L, S)
-    queries, keys = list(map(str, query_labels)), list(map(str, key_labels))
-    grid = _grid(weights)
+    out, weights = ar.scaled_dot_product_attention(q[None, :], k, v, scale=1 / temperature, return_weights=True)
+    weights, out = weights[0], out[0]  # (S,), (Ev,)
+    terms = weights[:, None] * v  # (S, Ev)
+    return k @ q, weights, terms, np.cumsum(terms, axis=0), out
+
+
+def lookup_terms(keys, values, key_labels, queries, query_labels, temperatures=(1.0, 0.3, 0.1)):
+    """The lookup explorable: the reader picks a query (and a temperature) and sees each weight x value term
+    ``alpha_j v_j`` and their running sum, which ends at the output of attention.
+
+    `keys` (S, E), `values` (S, Ev), `queries` (n, E): n query settings named by `query_labels`. Every number is
+    computed by `attention_ref.scaled_dot_product_attention` here; the inputs are carried in the page
+    (``inputs``) so a test can recompute what each setting shows.
+    """
+    k, v, qs = (np.asarray(x, dtype=np.float64) for x in (keys, values, queries))
+    books, names = list(map(str, key_labels)), list(map(str, query_labels))
+    temperatures = [float(t) for t in temperatures]
     states = {}
-    for i, name in enumerate(queries):
-        top = int(np.argmax(weights[i]))
-        text = {"query": name, "output": _vector(out[i])}
-        states[_key(i)] = {
-            "text": text,
-            "grids": {"heatmap": grid},
-            "bars": {"row": _bars(weights[i])},
-            "status": f"{name}: most weight {weights[i, top]:.2f} on {keys[top]}; output {_vector(out[i])}.",
+    for (a, q), (b, temperature) in itertools.product(enumerate(qs), enumerate(temperatures)):
+        scores, weights, terms, running, out = lookup_state(q, k, v, temperature)
+        top = int(np.argmax(weights))
+        distance = float(np.linalg.norm(out - v[top]))
+        grid = [[[f"{scores[j]:.2f}", PLAIN], _weight_cell(weights[j]), [_vector(v[j]), PLAIN],
+                 [_vector(terms[j]), PLAIN], [_vector(running[j]), PLAIN]] for j in range(len(books))]
+        states[_key(a, b)] = {
+            "text": {"output": _vector(out)},
+            "grids": {"terms": grid},
+            "status": f"{names[a]}, temperature {temperature:g}: {books[top]} takes {weights[top]:.2f} of the "
+                      f"weight, and the output {_vector(out)} lies {distance:.2f} from its value "
+                      f"{_vector(v[top])}.",
         }
-    heat = _table("heatmap", "Weights: a row per query (point at a query, or Tab to it)", keys, queries,
-                  corner="query \\ key", row_buttons="query")
-    values = "".join(f'<li><span class="ex-token">{_e(t)}</span>: v = {_e(_vector(v[j]))}</li>'
-                     for j, t in enumerate(keys))
-    detail = (
-        '<div class="ex-detail"><p class="ex-subtitle">Query: <span data-slot="query"></span></p>'
-        + _bar_list("row", "Its weights over the keys", keys)
-        + f'<p class="ex-subtitle">The values it blends</p><ul class="ex-values">{values}</ul>'
-        '<p class="ex-summary">Output = \u03a3 weight \u00d7 value = <span data-slot="output"></span></p></div>'
-    )
-    inputs = {"q": q.tolist(), "k": k.tolist(), "v": v.tolist(), "scale": scale}
+    columns = [f"score <i>s</i>{_SUB_J}", f"weight <i>\u03b1</i>{_SUB_J}", f"value <i>v</i>{_SUB_J}",
+               f"term <i>\u03b1</i>{_SUB_J}<i>v</i>{_SUB_J}", "running sum"]
+    table = _html_table("terms", "Each book's share of the output, top to bottom", columns, books, "book")
+    summary = ('<p class="ex-summary">Output = \u03a3 <i>\u03b1</i><sub><i>j</i></sub> <i>v</i><sub><i>j</i>'
+               '</sub> = <span data-slot="output"></span>: the last running sum.</p>')
+    controls = [_select("query", "Query", [(str(a), n) for a, n in enumerate(names)], "0"),
+                _select("temperature", "Temperature", [(str(b), f"{t:g}") for b, t in enumerate(temperatures)],
+                        "0")]
+    inputs = {"keys": k.tolist(), "values": v.tolist(), "queries": qs.tolist(), "temperatures": temperatures}
     page = _page(
-        "heatmap", title, [_hidden_control("query", "0")], f'<div class="ex-pair">{heat}{detail}</div>', states,
-        ["query"], _key(0), inputs=inputs,
-        intro="Point at a query's row, or move to it with Tab, to see its weights over the keys and its output.",
+        "lookup", "The soft lookup term by term: weight \u00d7 value, added up", controls, table + summary,
+        states, ["query", "temperature"], _key(0, 0), inputs=inputs,
+        intro="Choose a query and a temperature: each book's value, times its weight, adds one term to the "
+              "running sum, and the last sum is the output.",
     )
-    fig, (heat_ax, bar_ax) = _figure(2, 9)
-    ar.plot_attention(weights, queries, keys, ax=heat_ax, title="weights", colorbar=False)
-    bar_ax.barh(keys[::-1], weights[0][::-1])
-    bar_ax.set_xlim(0, 1)
-    bar_ax.set_title(f"{queries[0]}: output {_vector(out[0])}")
-    alt = (f"Left: a heatmap of the attention weights of {len(queries)} queries (rows: {', '.join(queries)}) over "
-           f"{len(keys)} keys (columns: {', '.join(keys)}). Right: the weights of {queries[0]} as bars, the "
-           f"largest {weights[0].max():.2f} on {keys[int(np.argmax(weights[0]))]}, and its output "
-           f"{_vector(out[0])}.")
-    return Explorable("heatmap", page, _png(fig), alt)
+    # The still image (notebooks, PDF, EPUB): the default setting drawn in the plane of the values.
+    scores, weights, terms, running, out = lookup_state(qs[0], k, v, temperatures[0])
+    fig, (plane, bars) = _figure(2, 8)
+    colours = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00"]
+    start, labels = np.zeros(v.shape[1]), []
+    for j, book in enumerate(books):
+        colour = colours[j % len(colours)]
+        plane.plot(*v[j, :2], "o", color=colour)
+        above = v[j, 1] > 0  # labels away from the origin, where the arrows run
+        labels.append(plane.annotate(book, v[j, :2], xytext=(0, 6 if above else -6), textcoords="offset points",
+                                     ha="center", va="bottom" if above else "top", fontsize=7, color="#222222"))
+        plane.annotate("", xy=running[j, :2], xytext=start[:2],
+                       arrowprops=dict(arrowstyle="-|>", color=colour, lw=2))
+        start = running[j]
+    plane.plot(*out[:2], "*", color="#222222", markersize=12)
+    plane.margins(0.25)
+    plane.set_aspect("equal", adjustable="datalim")
+    plane.set_title("the terms head to tail; \u2605 the output", fontsize=9)
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(renderer)
+    boxes = [label.get_window_extent(renderer) for label in labels]
+    assert not any(a.overlaps(b) for a, b in itertools.combinations(boxes, 2)), "value labels overlap"
+    bars.barh(books[::-1], weights[::-1], color="#0072B2")
+    bars.set_xlim(0, 1)
+    bars.set_xlabel("weight")
+    bars.set_title(f"weights at temperature {temperatures[0]:g}", fontsize=9)
+    alt = (f"Left: the values of the {len(books)} books as labelled coloured dots in the plane, and the terms "
+           f"weight times value drawn head to tail from the origin, one arrow per book in its colour, ending on a "
+           f"star "
+           f"at the output {_vector(out)} for the query {names[0]}. Right: the {len(books)} weights as bars, "
+           f"the largest {weights.max():.2f} on {books[int(np.argmax(weights))]}.")
+    return Explorable("lookup", page, _png(fig), alt)
 
 
 # -- The notebook and Sphinx sides ---------------------------------------------------------------------------
