@@ -446,11 +446,15 @@ def plot_heads(
 def check_labels(fig, boxes=()) -> None:
     """Assert that a drawn diagram's text is legible: each label inside its box, no two things overlapping.
 
-    Draws `fig` and compares the extents, in pixels, of every text on its
-    axes (titles and tick labels aside) and every patch (boxes, circles):
+    Draws `fig` and compares the extents, in pixels, of every text placed on
+    it or on its axes (``fig.text``, ``ax.text``, annotations; titles, tick
+    labels and legends aside) and every patch (boxes, circles, arrows):
 
     * a label paired with a box in `boxes` lies wholly inside that box;
-    * no label overlaps another label, or a box it is not paired with.
+    * no label crosses the edge of any patch: it lies wholly inside or
+      wholly outside each (a box drawn around other boxes may hold their
+      labels);
+    * no label overlaps another label.
 
     Parameters
     ----------
@@ -466,7 +470,8 @@ def check_labels(fig, boxes=()) -> None:
     Raises
     ------
     AssertionError
-        Naming the label that leaves its box or the two things that overlap.
+        Naming the label that leaves its box or crosses an edge, or the two
+        labels that overlap.
     TypeError
         If `fig` is not a matplotlib figure.
 
@@ -500,18 +505,18 @@ def check_labels(fig, boxes=()) -> None:
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
     owner = {id(label): patch for patch, label in boxes}
-    texts = [t for ax in fig.axes for t in ax.texts if t.get_visible() and t.get_text().strip()]
-    patches = [p for ax in fig.axes for p in ax.patches if p.get_visible()]
+    texts = [t for t in [*fig.texts, *(t for ax in fig.axes for t in ax.texts)]
+             if t.get_visible() and t.get_text().strip()]
+    patches = [p for p in [*fig.patches, *(p for ax in fig.axes for p in ax.patches)] if p.get_visible()]
     for n, text in enumerate(texts):
         inner = text.get_window_extent(renderer)
         for patch in patches:
             outer = patch.get_window_extent(renderer)
-            if owner.get(id(text)) is patch:
-                inside = outer.x0 <= inner.x0 and inner.x1 <= outer.x1 and outer.y0 <= inner.y0 and inner.y1 <= outer.y1
-                if not inside:
-                    raise AssertionError(f"the label {text.get_text()!r} leaves its box")
-            elif inner.overlaps(outer):
-                raise AssertionError(f"the label {text.get_text()!r} overlaps a {type(patch).__name__} it is not in")
+            inside = outer.x0 <= inner.x0 and inner.x1 <= outer.x1 and outer.y0 <= inner.y0 and inner.y1 <= outer.y1
+            if owner.get(id(text)) is patch and not inside:
+                raise AssertionError(f"the label {text.get_text()!r} leaves its box")
+            if inner.overlaps(outer) and not inside:
+                raise AssertionError(f"the label {text.get_text()!r} crosses the edge of a {type(patch).__name__}")
         for other in texts[n + 1 :]:
             if inner.overlaps(other.get_window_extent(renderer)):
                 raise AssertionError(f"the labels {text.get_text()!r} and {other.get_text()!r} overlap")

@@ -450,9 +450,22 @@ def test_check_labels_passes_a_clean_diagram_and_names_each_fault():
     with pytest.raises(AssertionError, match="labels 'softmax' and 'scores' overlap"):
         check_labels(fig, [(box, label), (box, clash)])
     clash.remove()
-    ax.text(0.5, 0.69, "on the edge", ha="center", va="center")  # not paired: may not touch the box
-    with pytest.raises(AssertionError, match="'on the edge' overlaps a Rectangle"):
+    ax.text(0.5, 0.9, "outside", ha="center", va="center")  # wholly outside the box: fine
+    check_labels(fig, [(box, label)])
+    ax.text(0.5, 0.7, "on the edge", ha="center", va="center")  # not paired: may not cross an edge
+    with pytest.raises(AssertionError, match="'on the edge' crosses the edge of a Rectangle"):
         check_labels(fig, [(box, label)])
+
+
+def test_check_labels_lets_a_box_around_boxes_hold_their_labels():
+    from matplotlib.patches import Rectangle
+
+    from attention_ref import check_labels
+
+    fig, ax, box, label = _diagram()
+    group = ax.add_patch(Rectangle((0.02, 0.1), 0.96, 0.85, fill=False))
+    title = ax.text(0.5, 0.85, "a block", ha="center", va="center")
+    check_labels(fig, [(box, label), (group, title)])
 
 
 def test_check_labels_takes_a_figure_only():
