@@ -51,6 +51,7 @@ extensions = [
     "epub_styles",  # the EPUB: its theme's stylesheets only (epubcheck rejects the site's)
     "latex_book",  # the PDF: every page a chapter, each toctree caption of the landing page a part
     "bounds",  # {glue:up} and {glue:down}: a glued number stated as a bound, rounded outward, not to nearest
+    "glued_numbers",  # a glued number never breaks at its hyphen (the EPUB's; the site's and PDF's by style)
 ]
 
 exclude_patterns = [
