@@ -140,7 +140,8 @@ def run_blocks(fn, tasks, work: int, threads: int | None = None) -> None:
 
 
 def softmax_rows_times(scores, v, out, shift=True, sink=None) -> None:
-    """Write ``softmax(scores, axis=-1) @ v`` into `out`, overwriting `scores`.
+    """Write ``softmax(scores, axis=-1) @ v`` into `out`, overwriting
+    `scores`.
 
     ``scores`` (l, S) holds scaled scores with any additive terms already
     added, ``v`` is (S, Ev) and ``out`` (l, Ev). Rows whose maximum is
@@ -160,7 +161,8 @@ def softmax_rows_times(scores, v, out, shift=True, sink=None) -> None:
     if shift:
         m = scores.max(axis=-1, keepdims=True)  # (l, 1)
         if sink is not None:
-            np.maximum(m, sink, out=m)  # the sink is one more term of the row
+            # the sink is one more term of the row
+            np.maximum(m, sink, out=m)
         m[~np.isfinite(m)] = 0.0  # fully masked rows: exp(-inf - 0) = 0
         scores -= m
     np.exp(scores, out=scores)  # unnormalised weights
@@ -168,7 +170,8 @@ def softmax_rows_times(scores, v, out, shift=True, sink=None) -> None:
     if sink is not None:
         total += np.exp(sink - m)
     np.matmul(scores, v, out=out)  # (l, Ev): sum_j e_j v_j
-    np.divide(out, total, out=out, where=total != 0)  # zero rows stay as they are instead of 0/0
+    # zero rows stay as they are instead of 0/0
+    np.divide(out, total, out=out, where=total != 0)
 
 
 def scaled_down_values(v, n_keys: int):

@@ -21,11 +21,13 @@ def _safe_max(m):
 
 
 def _online_update(m, l, acc, s, v_blk):
-    """Fold one tile of scores `s` (..., bq, bk) into the running ``(m, l, acc)``, in place.
+    """Fold one tile of scores `s` (..., bq, bk) into the running
+    ``(m, l, acc)``, in place.
 
-    ``m`` (..., bq) is the running row maximum, ``l`` (..., bq) the running sum
-    of ``exp(score - m)`` and ``acc`` (..., bq, Ev) the running
-    ``sum exp(score - m) v``. `s` is overwritten with the unnormalised weights.
+    ``m`` (..., bq) is the running row maximum, ``l`` (..., bq) the
+    running sum of ``exp(score - m)`` and ``acc`` (..., bq, Ev) the
+    running ``sum exp(score - m) v``. `s` is overwritten with the
+    unnormalised weights.
     """
     m_new = np.maximum(m, s.max(axis=-1))  # (..., bq)
     shift = _safe_max(m_new)

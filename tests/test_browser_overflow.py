@@ -58,13 +58,28 @@ def test_no_code_or_output_line_overflows_its_block(tab, site, page_path):  # no
     assert blocks == [], f"{lines} lines wider than their block at 1280 px:\n{_report(page_path, blocks)}"
 
 
+# The self-test widens the first output block a reader sees (one inside a folded cell is not measured) on the first
+# of these pages that shows one.
+_SELFTEST_PAGES = ("chapters/04_scaling.html", "chapters/06_causal_decoding.html", "chapters/performance.html")
+
+_WIDEN_FIRST_SHOWN_OUTPUT = """() => {
+  const shown = e => e.checkVisibility({contentVisibilityAuto: true, visibilityProperty: true});
+  const pre = [...document.querySelectorAll('article.bd-article div.cell_output pre')].find(shown);
+  if (!pre) return false;
+  pre.textContent += '\\n' + 'wide = ' + '1.0, '.repeat(40);
+  return true;
+}"""
+
+
 def test_selftest_an_overflowing_output_line_is_found(tab, site):  # noqa: F811 (fixtures)
-    page = tab.open(urljoin(site, "chapters/04_scaling.html")).page
-    before = overflowing(page)
-    page.evaluate("""() => {
-      const pre = document.querySelector('div.cell_output pre') || document.querySelector('article pre');
-      pre.textContent += '\\n' + 'wide = ' + '1.0, '.repeat(40);
-    }""")
+    for page_path in _SELFTEST_PAGES:
+        page = tab.open(urljoin(site, page_path)).page
+        before = overflowing(page)
+        if page.evaluate(_WIDEN_FIRST_SHOWN_OUTPUT):
+            break
+    else:
+        pytest.fail(f"none of {_SELFTEST_PAGES} shows an output block to widen")
     after = overflowing(page)
     assert len(after) == len(before) + 1
-    assert any(line.startswith("wide = 1.0, 1.0") for block in after for line in block["lines"])
+    widened = [block for block in after if any(line.startswith("wide = 1.0, 1.0") for line in block["lines"])]
+    assert [block["where"] for block in widened] == ["output"]
