@@ -300,6 +300,19 @@ def test_the_epub_holds_every_page_in_reading_order(books):
     assert [name for name in spine if name in order] == order
 
 
+def test_no_glued_number_can_break_at_its_hyphen(books):
+    """The EPUB's glued numbers carry non-breaking hyphens; the PDF's sit in an unbreakable box."""
+    with zipfile.ZipFile(EPUB) as book:
+        pasted = [span for name in book.namelist() if name.endswith(".xhtml")
+                  for span in re.findall(r'<span class="pasted-text">(.*?)</span>', book.read(name).decode())]
+    assert len(pasted) > 100 and any("\u2011" in span for span in pasted)
+    assert not [span for span in pasted if "-" in span]
+    tex = (BUILD / "latex" / "attention_ref.tex").read_text()
+    assert re.search(r"\\DUrole\{pasted-text\}\{[^}]*\\sphinxhyphen", tex)  # hyphenated numbers exist ...
+    style = (BUILD / "latex" / "attention_ref.sty").read_text()
+    assert "\\csname DUrolepasted-text\\endcsname#1{\\mbox{#1}}" in style  # ... and are typeset unbroken
+
+
 # -- The PDF reads as the site ------------------------------------------------------------------------------
 
 

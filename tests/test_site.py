@@ -470,9 +470,10 @@ def _dark_figure_problems(page):
     problems = []
     for index, img in enumerate(page.locator(FIGURES).all()):
         name = f"figure {index + 1} ({img.get_attribute('src')})"
-        img.scroll_into_view_if_needed()
         if not img.is_visible():  # inside a folded (hidden) solution cell
             continue
+        # In the middle of the window: flush with its edge, the margin of the screenshot below would fall outside.
+        img.evaluate("e => e.scrollIntoView({block: 'center'})")
         # 1. The figure itself has an opaque, light background: its own pixels at the border.
         edge = _natural_edge(page, img, image_module)
         transparent = sum(p[3] < 255 for p in edge)
