@@ -503,7 +503,7 @@ def check_labels(fig, boxes=()) -> None:
     if not isinstance(fig, Figure):
         raise TypeError(f"fig must be a matplotlib Figure; got {type(fig).__name__}")
     fig.canvas.draw()
-    renderer = fig.canvas.get_renderer()
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]  # every raster canvas has one
     owner = {id(label): patch for patch, label in boxes}
     texts = [t for t in [*fig.texts, *(t for ax in fig.axes for t in ax.texts)]
              if t.get_visible() and t.get_text().strip()]
