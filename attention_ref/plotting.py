@@ -473,7 +473,8 @@ def check_labels(fig, boxes=()) -> None:
         Naming the label that leaves its box or crosses an edge, or the two
         labels that overlap.
     TypeError
-        If `fig` is not a matplotlib figure.
+        If `fig` is not a matplotlib figure, or `boxes` does not hold
+        (patch, text) pairs.
 
     See Also
     --------
@@ -499,12 +500,22 @@ def check_labels(fig, boxes=()) -> None:
     """
     _require_matplotlib("check_labels")
     from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+    from matplotlib.text import Text
 
     if not isinstance(fig, Figure):
         raise TypeError(f"fig must be a matplotlib Figure; got {type(fig).__name__}")
+    try:
+        pairs = [tuple(pair) for pair in boxes]
+    except TypeError:
+        raise TypeError(f"boxes must be an iterable of (patch, text) pairs; got {type(boxes).__name__}") from None
+    for n, pair in enumerate(pairs):
+        if len(pair) != 2 or not isinstance(pair[0], Patch) or not isinstance(pair[1], Text):
+            raise TypeError(f"boxes must be an iterable of (patch, text) pairs; entry {n} is "
+                            f"({', '.join(type(x).__name__ for x in pair)})")
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]  # every raster canvas has one
-    owner = {id(label): patch for patch, label in boxes}
+    owner = {id(label): patch for patch, label in pairs}
     texts = [t for t in [*fig.texts, *(t for ax in fig.axes for t in ax.texts)]
              if t.get_visible() and t.get_text().strip()]
     patches = [p for p in [*fig.patches, *(p for ax in fig.axes for p in ax.patches)] if p.get_visible()]

@@ -29,6 +29,7 @@ from attention_ref import (
     attention_backward,
     blockwise_attention,
     causal_mask,
+    check_labels,
     decode_step,
     init_multi_head_params,
     log_softmax,
@@ -59,6 +60,12 @@ PARAMS = MultiHeadParams(w_q=EYE, w_k=EYE, w_v=EYE, w_o=EYE, n_heads=2)
 X = _r.standard_normal((3, 4))  # (L, d_model)
 W2 = np.full((2, 2), 0.5)
 W3 = np.full((2, 2, 2), 0.5)
+
+
+def _new_figure():
+    import matplotlib.pyplot as plt
+
+    return plt.figure()
 
 REPORTED = pytest.mark.xfail(strict=True, reason="reported to lead")
 
@@ -536,6 +543,11 @@ CASES = [
      r"^key_labels "),
     ("plot_heads", "ax-keyword", call(plot_heads, W3, ax=None), TypeError, r"'ax'"),
     ("plot_heads", "unknown-keyword", call(plot_heads, W3, colour="red"), TypeError, r"'colour'"),
+    ("check_labels", "fig-None", call(check_labels, None), TypeError, r"^fig must be a matplotlib Figure; got None"),
+    ("check_labels", "boxes-not-iterable", lambda: check_labels(_new_figure(), 3), TypeError,
+     r"^boxes must be an iterable"),
+    ("check_labels", "boxes-not-pairs", lambda: check_labels(_new_figure(), [("a", "b")]), TypeError,
+     r"^boxes must .* entry 0 is \(str, str\)"),
     ("plot_heads", "figsize-negative", call(plot_heads, W3, figsize=(-1, 2)), ValueError, r"figsize"),
     ("plot_heads", "annotate-str", call(plot_heads, W3, annotate="yes"), TypeError, r"^annotate "),
     ("varlen_attention", "cu-float", call(varlen_attention, Q, K, V, [0.0, 3.0], [0, 5]), TypeError,

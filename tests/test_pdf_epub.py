@@ -303,14 +303,14 @@ def test_the_epub_holds_every_page_in_reading_order(books):
 def test_no_glued_number_can_break_at_its_hyphen(books):
     """The EPUB's glued numbers carry non-breaking hyphens; the PDF's sit in an unbreakable box."""
     with zipfile.ZipFile(EPUB) as book:
-        pasted = [span for name in book.namelist() if name.endswith(".xhtml")
-                  for span in re.findall(r'<span class="pasted-text">(.*?)</span>', book.read(name).decode())]
-    assert len(pasted) > 100 and any("\u2011" in span for span in pasted)
-    assert not [span for span in pasted if "-" in span]
+        pages = [book.read(name).decode() for name in book.namelist() if name.endswith(".xhtml")]
+    number = re.compile(r"<span class=\"[^\"]*glued-number[^\"]*\">(.*?)</span>")
+    numbers = [span for page in pages for span in number.findall(page)]
+    assert len(numbers) > 20 and all("\u2011" in span and "-" not in span for span in numbers)
     tex = (BUILD / "latex" / "attention_ref.tex").read_text()
-    assert re.search(r"\\DUrole\{pasted-text\}\{[^}]*\\sphinxhyphen", tex)  # hyphenated numbers exist ...
+    assert re.search(r"\\DUrole\{glued-number\}\{[^}]*\\sphinxhyphen", tex)  # hyphenated numbers boxed ...
     style = (BUILD / "latex" / "attention_ref.sty").read_text()
-    assert "\\csname DUrolepasted-text\\endcsname#1{\\mbox{#1}}" in style  # ... and are typeset unbroken
+    assert "\\csname DUroleglued-number\\endcsname#1{\\mbox{#1}}" in style  # ... as an unbreakable box
 
 
 # -- The PDF reads as the site ------------------------------------------------------------------------------

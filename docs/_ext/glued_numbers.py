@@ -2,16 +2,16 @@
 
 Corrects: a line may break after a hyphen, and the text MyST-NB pastes for ``{glue:text}`` (an inline node of
 class ``pasted-text``) is plain text, so a glued number such as ``4.1e-05`` could end one line with "4.1e-" and
-start the next with "05". Each channel is kept from it in its own way:
+start the next with "05". A post-transform marks each pasted text that is one word with a hyphen (a number, not
+a glued sentence, which must still wrap) with the class ``glued-number``, and each channel keeps those whole:
 
-* the site: ``span.pasted-text { white-space: nowrap }`` in ``_static/custom.css``;
-* the PDF: Sphinx's LaTeX writer wraps a classed inline node in ``\\DUrole{pasted-text}{...}``, which
+* the site: ``span.glued-number { white-space: nowrap }`` in ``_static/custom.css``;
+* the PDF: Sphinx's LaTeX writer wraps a classed inline node in ``\\DUrole{glued-number}{...}``, which
   ``_latex/attention_ref.sty`` defines as an ``\\mbox`` (no break inside);
-* the EPUB, which carries none of the site's stylesheets (``epub_styles``): this post-transform writes each
-  hyphen of pasted text as U+2011 NON-BREAKING HYPHEN, which looks the same and does not break.
+* the EPUB, which carries none of the site's stylesheets (``epub_styles``): its hyphens are written as U+2011
+  NON-BREAKING HYPHEN, which looks the same and does not break.
 
-Public API only (a post-transform restricted to the EPUB builder). Verified with Sphinx 9.0.4, docutils 0.22
-and MyST-NB 1.4.0.
+Public API only (a post-transform). Verified with Sphinx 9.0.4, docutils 0.22 and MyST-NB 1.4.0.
 """
 
 from __future__ import annotations
@@ -19,28 +19,30 @@ from __future__ import annotations
 from docutils import nodes
 from sphinx.transforms.post_transforms import SphinxPostTransform
 
-PASTED = "pasted-text"  # the class MyST-NB (and bounds.py) give a glued number's inline node
+PASTED = "pasted-text"  # the class MyST-NB (and bounds.py) give the inline node of a glued text
+NUMBER = "glued-number"  # the class this module adds to the one-word glued texts with a hyphen
 NON_BREAKING_HYPHEN = "\u2011"
 
 
-def unbreakable(text: str) -> str:
-    """`text` with every hyphen-minus a non-breaking hyphen."""
-    return text.replace("-", NON_BREAKING_HYPHEN)
+def is_glued_number(text: str) -> bool:
+    """Whether a glued text is one word with a hyphen in it ("4.1e-05", "-93.5"), which must not break."""
+    return "-" in text and not any(c.isspace() for c in text)
 
 
 class GluedNumbersWhole(SphinxPostTransform):
-    """EPUB only: the hyphens of pasted glue text become non-breaking hyphens."""
+    """Mark the glued numbers; in the EPUB, also write their hyphens as non-breaking hyphens."""
 
     default_priority = 900
-    builders = ("epub",)
 
     def run(self, **kwargs) -> None:
+        epub = self.app.builder.name == "epub"
         for inline in self.document.findall(nodes.inline):
-            if PASTED not in inline.get("classes", []):
+            if PASTED not in inline.get("classes", []) or not is_glued_number(inline.astext()):
                 continue
-            for text in list(inline.findall(nodes.Text)):
-                if "-" in text:
-                    text.parent.replace(text, nodes.Text(unbreakable(str(text))))
+            inline["classes"].append(NUMBER)
+            if epub:
+                for text in list(inline.findall(nodes.Text)):
+                    text.parent.replace(text, nodes.Text(str(text).replace("-", NON_BREAKING_HYPHEN)))
 
 
 def setup(app):
