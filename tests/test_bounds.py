@@ -253,7 +253,7 @@ def test_every_shown_bound_is_on_its_page(book_bounds):
         if bound.shown is None or isinstance(bound.raw, str):
             continue
         html = (SITE / f"{bound.page}.html").read_text(encoding="utf-8")
-        if f'class="pasted-text">{bound.shown}<' not in html:
+        if not re.search(f'class="pasted-text[^"]*">{re.escape(bound.shown)}<', html):  # glued_numbers adds a class
             missing.append(f"docs/{bound.page}.md:{bound.line}: {bound.name} shown as {bound.shown!r}")
     assert not missing, "bounds not found in the built page as computed:\n" + "\n".join(missing)
 
