@@ -39,6 +39,15 @@ def require(module_name):
         pytest.skip(f"{module_name} is not installed")
 
 
+def require_built_book(site):
+    """`site`, the built book's folder, if it holds index.html; else skip locally and fail in CI."""
+    if not (site / "index.html").is_file():
+        if IN_CI:
+            pytest.fail(f"the built book is required in CI: {site} has no index.html (run make docs)")
+        pytest.skip(f"no built book at {site} (run make docs)")
+    return site
+
+
 def python_without_the_package():
     """The command of a Python that cannot import attention_ref, as a reader's fresh interpreter: this
     environment's interpreter, isolated (``-I``) and without site-packages (``-S``), so that neither an installed

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import EXT, IN_CI
+from conftest import EXT, require_built_book
 
 sys.path.insert(0, str(EXT))
 from bounds import DOWN, UP, format_outward
@@ -229,10 +229,7 @@ def _built_glue(page):
 
 @pytest.fixture(scope="module")
 def book_bounds():
-    if not (SITE / "index.html").is_file():
-        if IN_CI:
-            pytest.fail(f"the built book is required in CI: {SITE} has no index.html (run make docs)")
-        pytest.skip(f"no built book at {SITE} (run make docs)")
+    require_built_book(SITE)
     found = []
     for page, source in _pages():
         found.extend(find_bounds(source, _built_glue(page), page))

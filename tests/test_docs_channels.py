@@ -22,7 +22,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import IN_CI, ext_module
+from conftest import ext_module, require_built_book
 
 ROOT = Path(__file__).resolve().parents[1]
 SITE = Path(os.environ.get("BOOK_SITE", ROOT / "docs" / "_build" / "html"))
@@ -37,11 +37,7 @@ def ext():
 
 
 def _site():
-    if not (SITE / "index.html").is_file():
-        if IN_CI:
-            pytest.fail(f"the built book is required in CI ({SITE})")
-        pytest.skip(f"the built book is missing ({SITE})")
-    return SITE
+    return require_built_book(SITE)
 
 
 def _pages():
