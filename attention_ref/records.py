@@ -27,6 +27,9 @@ False
 {'total': 3}
 >>> record.note()
 'are recorded: computed with no_such_framework 1.0 on a machine that had it'
+>>> from attention_ref.records import NOTE
+>>> NOTE.fullmatch(record.note()) is not None
+True
 """
 
 from __future__ import annotations
@@ -40,10 +43,14 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ENVIRONMENT_VARIABLE", "FrameworkRecord", "same_to_rounding"]
+__all__ = ["ENVIRONMENT_VARIABLE", "NOTE", "FrameworkRecord", "same_to_rounding"]
 
 #: Names a file for a live run to write its page's section to.
 ENVIRONMENT_VARIABLE = "FRAMEWORKS_RECORD"
+#: Either form of `FrameworkRecord.note` ("ran live ..." or "are recorded: ..."): the one text of a page that
+#: differs between a build with the frameworks and one without (the book's notebook checks leave it out then).
+NOTE = re.compile(r"ran live when this page was made, with .+?; a run without (?:it|them) takes the recorded "
+                  r"results instead|are recorded: computed with .+? on a machine that had (?:it|them)")
 #: A live result within this many float64 units of rounding (of the larger magnitude, at least 1) of the
 #: recorded one is shown as recorded: the last bits of a float64 difference move with the machine's BLAS and
 #: vector units, and a page must read the same on every machine and every channel.

@@ -36,6 +36,7 @@ MyST-NB 1.4.0 and jupyter-cache 1.0.1.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import math
 import os
@@ -54,6 +55,8 @@ from sphinx.directives.code import LiteralIncludeReader
 from sphinx.ext.intersphinx import InventoryAdapter
 
 ROOT = Path(__file__).resolve().parents[2]
+# The frameworks whose results a page runs live where they can be imported (attention_ref.records).
+FRAMEWORKS = ("jax", "torch", "transformers")
 # Files a page's code reads from the repository (relative to ROOT), and the expression that reads one (from the
 # page's own folder, some levels below ROOT).
 EMBEDDED = {
@@ -238,6 +241,12 @@ def book_for(app, pagename, notebook):
     return Book(glue=glue_values(notebook), link=link, include=include, page=pagename)
 
 
+def frameworks_installed():
+    """The frameworks the book's pages compare with (``FRAMEWORKS``) that this build could import: which of them ran
+    live. A notebook records it, so that a check compares notebooks of like builds (``_launch_notebooks``)."""
+    return [name for name in FRAMEWORKS if importlib.util.find_spec(name) is not None]
+
+
 def source_digest(path):
     """SHA-256 of a chapter's source file: recorded in its notebook, so a copy can tell which text it was made from."""
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
@@ -259,7 +268,7 @@ def write_notebook(app, pagename, templatename, context, doctree):
     source = Path(app.env.doc2path(pagename))
     notebook["metadata"]["attention_ref"] = {
         "source": Path(app.srcdir).name + "/" + source.relative_to(app.srcdir).as_posix(),
-        "source_sha256": source_digest(source), "install": install}
+        "source_sha256": source_digest(source), "install": install, "frameworks": frameworks_installed()}
     target.write_text(json.dumps(notebook, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
