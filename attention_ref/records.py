@@ -95,21 +95,32 @@ def _recent_enough(name: str, minimum: str | None) -> bool:
     return version is not None and version != "" and _release(version) >= _release(minimum)
 
 
-def same_to_rounding(recorded, live) -> bool:
-    """Whether `live` equals `recorded` up to float64 rounding (`ROUNDING_ULPS`), value by value.
+def same_to_rounding(recorded, live, precision: str = "float64") -> bool:
+    """Whether `live` equals `recorded` up to the rounding of `precision` (`ROUNDING_ULPS`), value by value.
 
-    Numbers compare by ``|a - b| <= ROUNDING_ULPS * 2**-52 * max(1, |a|, |b|)``; strings, booleans and
-    ``None`` exactly; lists and dicts entry by entry, with the same length and keys.
+    Numbers compare by ``|a - b| <= ROUNDING_ULPS * eps * max(1, |a|, |b|)``, with `eps` the machine
+    epsilon of `precision` ("float64" or "float32": a framework that computes in float32, as JAX's
+    attention does, rounds differently on another CPU); strings, booleans and ``None`` exactly; lists and
+    dicts entry by entry, with the same length and keys.
+
+    >>> from attention_ref.records import same_to_rounding
+    >>> same_to_rounding(1.7e-07, 1.2e-07), same_to_rounding(1.7e-07, 1.2e-07, precision="float32")
+    (False, True)
     """
+    if precision not in ("float64", "float32"):
+        raise ValueError(f"precision must be 'float64' or 'float32', got {precision!r}")
     if isinstance(recorded, bool) or isinstance(live, bool) or recorded is None or live is None:
         return type(recorded) is type(live) and recorded == live
     if isinstance(recorded, (int, float)) and isinstance(live, (int, float)):
         a, b = float(recorded), float(live)
-        return abs(a - b) <= ROUNDING_ULPS * 2.0**-52 * max(1.0, abs(a), abs(b))
+        eps = 2.0**-52 if precision == "float64" else 2.0**-23
+        return abs(a - b) <= ROUNDING_ULPS * eps * max(1.0, abs(a), abs(b))
     if isinstance(recorded, Mapping) and isinstance(live, Mapping):
-        return recorded.keys() == live.keys() and all(same_to_rounding(recorded[k], live[k]) for k in recorded)
+        return recorded.keys() == live.keys() and all(
+            same_to_rounding(recorded[k], live[k], precision) for k in recorded)
     if isinstance(recorded, (list, tuple)) and isinstance(live, (list, tuple)):
-        return len(recorded) == len(live) and all(same_to_rounding(a, b) for a, b in zip(recorded, live, strict=True))
+        return len(recorded) == len(live) and all(
+            same_to_rounding(a, b, precision) for a, b in zip(recorded, live, strict=True))
     return recorded == live
 
 
@@ -160,17 +171,18 @@ class FrameworkRecord:
                 raise ValueError(f"the record has no section for page {page!r}; it has {sorted(recorded)}")
             self.versions = dict(recorded[page]["versions"])
 
-    def take(self, case: str, run: Callable[[], Any]) -> Any:
+    def take(self, case: str, run: Callable[[], Any], precision: str = "float64") -> Any:
         """The results of `case`: ``run()`` when live, the recorded ones otherwise (kept in `measured` too).
 
-        A live result equal to the recorded one up to float64 rounding (`same_to_rounding`) is returned as
-        recorded, so that the page reads the same on every machine; any other live result is returned as
-        it came.
+        A live result equal to the recorded one up to the rounding of `precision` (`same_to_rounding`:
+        "float64", or "float32" for a case where a framework computes in float32) is returned as recorded,
+        so that the page reads the same on every machine; any other live result is returned as it came.
         """
         if self.live:
             result = run()
             recorded = self._cases.get(case)
-            self.measured[case] = recorded if recorded is not None and same_to_rounding(recorded, result) else result
+            same = recorded is not None and same_to_rounding(recorded, result, precision)
+            self.measured[case] = recorded if same else result
         elif case in self._cases:
             self.measured[case] = self._cases[case]
         else:

@@ -126,3 +126,13 @@ def test_a_live_result_equal_to_rounding_reads_as_recorded_and_a_real_change_doe
     assert not same_to_rounding({"a": 1.0}, {"a": 1.0, "b": 2.0})
     assert not same_to_rounding(1.0, 1.0 + 1e-12)
     assert not same_to_rounding(True, 1.0)
+    # A float32 computation's difference moves by float32 rounding on another CPU: the same at that precision.
+    f32 = {"page": {"versions": {"numpy": "0"}, "cases": {"jax": {"diff": 1.7e-07}}}}
+    record32 = FrameworkRecord("page", f32, needs=("numpy",))
+    assert record32.take("jax", lambda: {"diff": 1.2e-07}) == {"diff": 1.2e-07}
+    assert record32.take("jax", lambda: {"diff": 1.2e-07}, precision="float32") == {"diff": 1.7e-07}
+    assert record32.take("jax", lambda: {"diff": 1.2e-05}, precision="float32") == {"diff": 1.2e-05}
+    assert same_to_rounding([1.0], [1.0 + 2**-22], precision="float32")
+    assert not same_to_rounding([1.0], [1.0 + 2**-19], precision="float32")
+    with pytest.raises(ValueError, match="precision must be 'float64' or 'float32', got 'float16'"):
+        same_to_rounding(1.0, 1.0, precision="float16")
