@@ -24,6 +24,7 @@ _TORCH_BITS = {
     "float8_e5m2": ("float8_e5m2", "uint8"),
     "float8_e4m3fnuz": ("float8_e4m3fnuz", "uint8"),
     "float8_e5m2fnuz": ("float8_e5m2fnuz", "uint8"),
+    "float8_e8m0fnu": ("float8_e8m0fnu", "uint8"),
 }
 
 

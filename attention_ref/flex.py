@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import sys
+import warnings
 import weakref
 
 import numpy as np
@@ -107,6 +108,12 @@ def _failure(fn, kind: str, where: str, numpy_error, torch_errors) -> Exception:
     return failure
 
 
+def _warn_again(caught) -> None:
+    """Issue the recorded warnings `caught` again, each from where it was first raised, under the caller's filters."""
+    for record in caught:
+        warnings.warn_explicit(record.message, record.category, record.filename, record.lineno, source=record.source)
+
+
 def _on_torch(fn, kind: str, attempt, where: str, numpy_error=None):
     """``(attempt(torch, device), device)`` on the first device it runs on: where `fn` ran last, then `_torch_devices`.
 
@@ -140,13 +147,17 @@ def _call(fn, kind: str, args, where: str):
     """
     numpy_error = None
     if _known_device(fn) is None:
-        try:
-            result = fn(*args)
-        except Exception as exc:
-            numpy_error = exc
-        else:
-            if not is_torch_tensor(result):
-                return result, None
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")  # kept, not shown, until the mod is known to be NumPy's
+            try:
+                result = fn(*args)
+            except Exception as exc:
+                numpy_error = exc
+        if numpy_error is None and not is_torch_tensor(result):
+            _warn_again(caught)  # a NumPy mod: its warnings are the caller's to see
+            return result, None
+        # a mod written for torch: what it warned on NumPy arrays (NumPy's __array_wrap__ DeprecationWarning
+        # when a tensor meets an ndarray) belongs to an attempt the caller never asked for
         if "torch" not in sys.modules:
             raise _failure(fn, kind, where, numpy_error, [])
 

@@ -43,7 +43,7 @@ except ImportError:
         "attention_ref.testing.strategies needs the optional hypothesis package: pip install hypothesis"
     ) from None
 
-from .._validation import check_bool, check_int, float_dtype
+from .._validation import check_bool, check_int, float_dtype, is_dtype_like
 from ..attention import scaled_dot_product_attention
 from ..masks import ALIGNMENTS
 
@@ -155,7 +155,7 @@ class AttentionProblem:
 
 def _as_dtypes(dtypes) -> tuple[np.dtype, ...]:
     """`dtypes` (one dtype or name, or a sequence of them) as a non-empty tuple of checked float dtypes."""
-    if isinstance(dtypes, (str, np.dtype, type)):
+    if is_dtype_like(dtypes):
         dtypes = (dtypes,)
     try:
         listed = tuple(dtypes)
@@ -266,7 +266,8 @@ def attention_problems(*, dtypes=("float32",), max_len=64, gqa=True, masks=True,
     dtypes : sequence of str or dtype, optional
         The dtypes to draw from (one per problem, shared by `q`, `k`, `v`):
         float16, bfloat16 (needs ml_dtypes), float32, float64, as names or
-        NumPy dtypes. A single name or dtype is one dtype. Default float32.
+        NumPy, ml_dtypes, JAX or torch dtypes (``torch.bfloat16``). A single
+        name or dtype is one dtype. Default float32.
     max_len : int, optional
         Largest number of queries L and of keys S (both are >= 1), and of
         the sides of a window. Default 64.
