@@ -20,7 +20,7 @@ import weakref
 
 import numpy as np
 
-from ._interop import _TORCH_BITS, is_torch_tensor, to_numpy
+from ._interop import is_torch_tensor, numpy_to_torch, to_numpy
 from ._kernel import run_blocks, scaled_down_values
 from ._online import _online_update, _safe_max
 from ._validation import (
@@ -86,14 +86,7 @@ def _as_tensor(torch, x, device):
     arr = np.asarray(x)
     if arr.dtype.kind in "iu":
         arr = arr.astype(np.int64)  # a copy: the mod may change its indices in place
-    if not arr.flags.writeable:
-        arr = arr.copy()  # torch.from_numpy warns on a read-only array
-    name = arr.dtype.name
-    if name in _TORCH_BITS:  # ml_dtypes bits travel through the torch integer of their width
-        tensor = torch.from_numpy(np.ascontiguousarray(arr).view(_TORCH_BITS[name][1])).view(getattr(torch, name))
-    else:
-        tensor = torch.from_numpy(arr)
-    return tensor.to(device)
+    return numpy_to_torch(torch, arr, device)
 
 
 def _failure(fn, kind: str, where: str, numpy_error, torch_errors) -> Exception:
