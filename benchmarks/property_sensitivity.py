@@ -9,6 +9,7 @@ of draws it fails is the catch rate). Usage::
 
     python benchmarks/property_sensitivity.py --draws 300
     python benchmarks/property_sensitivity.py --draws 300 --min-keys 1 --json results.json
+    python benchmarks/property_sensitivity.py --draws 300 --benign   # hard=False: scores of order one
 
 Needs torch and hypothesis (and ml_dtypes for bfloat16).
 """
@@ -27,7 +28,7 @@ import numpy as np
 CASES = (("bfloat16", 0.02), ("float32", 0.001))
 
 
-def draws(n: int, dtype: str, min_keys: int) -> list:
+def draws(n: int, dtype: str, min_keys: int, hard: bool = True) -> list:
     """`n` problems as a property test draws them (derandomized: the same every run)."""
     from hypothesis import Phase, given, settings
 
@@ -36,7 +37,7 @@ def draws(n: int, dtype: str, min_keys: int) -> list:
     found = []
 
     @settings(max_examples=n, deadline=None, database=None, derandomize=True, phases=[Phase.generate])
-    @given(attention_problems(dtypes=(dtype,), softcap=False, min_keys=min_keys))
+    @given(attention_problems(dtypes=(dtype,), softcap=False, min_keys=min_keys, hard=hard))
     def collect(p):
         found.append(p)
 
@@ -44,7 +45,7 @@ def draws(n: int, dtype: str, min_keys: int) -> list:
     return found
 
 
-def measure(dtype: str, error: float, n: int, min_keys: int) -> dict:
+def measure(dtype: str, error: float, n: int, min_keys: int, hard: bool = True) -> dict:
     """Counts over `n` draws: false alarms of torch's correct attention, and catches of its scale times 1 + error."""
     import torch
 
@@ -52,7 +53,7 @@ def measure(dtype: str, error: float, n: int, min_keys: int) -> dict:
 
     sdpa = torch.nn.functional.scaled_dot_product_attention
     counts = {"draws": 0, "false_alarms": 0, "caught": 0}
-    for p in draws(n, dtype, min_keys):
+    for p in draws(n, dtype, min_keys, hard):
         q, k, v = p.to_torch()
         kwargs = p.sdpa_kwargs()
         counts["draws"] += 1
@@ -71,6 +72,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--draws", type=int, default=300)
     parser.add_argument("--min-keys", type=int, default=2)
+    parser.add_argument("--benign", action="store_true", help="draw with hard=False (scores of order one)")
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args(argv)
     import torch
@@ -79,9 +81,10 @@ def main(argv=None) -> int:
     results = []
     for dtype, error in CASES:
         start = time.perf_counter()
-        counts = measure(dtype, error, args.draws, args.min_keys)
-        results.append({"dtype": dtype, "scale_error": error, "min_keys": args.min_keys, **counts})
-        print(f"{dtype:9s} scale x (1 + {error:g}), min_keys={args.min_keys}: caught in {counts['caught']} of "
+        counts = measure(dtype, error, args.draws, args.min_keys, not args.benign)
+        results.append({"dtype": dtype, "scale_error": error, "min_keys": args.min_keys, "hard": not args.benign,
+                        **counts})
+        print(f"{dtype:9s} scale x (1 + {error:g}), min_keys={args.min_keys}, hard={not args.benign}: caught in {counts['caught']} of "
               f"{counts['draws']} draws ({counts['caught'] / counts['draws']:.0%}); correct kernel failed "
               f"{counts['false_alarms']} ({time.perf_counter() - start:.0f} s)", flush=True)
     if args.json:
