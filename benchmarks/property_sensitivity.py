@@ -84,9 +84,10 @@ def main(argv=None) -> int:
         counts = measure(dtype, error, args.draws, args.min_keys, not args.benign)
         results.append({"dtype": dtype, "scale_error": error, "min_keys": args.min_keys, "hard": not args.benign,
                         **counts})
-        print(f"{dtype:9s} scale x (1 + {error:g}), min_keys={args.min_keys}, hard={not args.benign}: caught in {counts['caught']} of "
-              f"{counts['draws']} draws ({counts['caught'] / counts['draws']:.0%}); correct kernel failed "
-              f"{counts['false_alarms']} ({time.perf_counter() - start:.0f} s)", flush=True)
+        print(f"{dtype:9s} scale x (1 + {error:g}), min_keys={args.min_keys}, hard={not args.benign}: "
+              f"caught in {counts['caught']} of {counts['draws']} draws "
+              f"({counts['caught'] / counts['draws']:.0%}); correct kernel failed {counts['false_alarms']} "
+              f"({time.perf_counter() - start:.0f} s)", flush=True)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"torch": torch.__version__, "numpy": np.__version__, "results": results}, f, indent=1)

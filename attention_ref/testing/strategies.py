@@ -254,7 +254,7 @@ class AttentionProblem:
                              f"problem has {shown} (draw with {', '.join(f'{n}=False' for n in present)})")
         import torch
 
-        B, H, L, _ = self.q.shape
+        H, L = self.q.shape[1], self.q.shape[2]
         S = self.k.shape[-2]
         allowed = _geometry(L, S, self.options)
         if self.options.get("mask") is not None:
@@ -375,8 +375,9 @@ def _keep_min_keys(options: dict, L: int, S: int, min_keys: int) -> int:
         short = np.sum(mask & geometry, axis=-1) < min_keys  # (..., L)
         fill = np.where(short[..., None], first, False)  # (..., L, S)
         if mask.shape[-2] == 1:  # key padding: one row of keys for every query
-            fill = fill.any(axis=-2, keepdims=True)
-        options["mask"] = mask | fill
+            options["mask"] = mask | fill.any(axis=-2, keepdims=True)
+        else:
+            options["mask"] = mask | fill
     return L
 
 
