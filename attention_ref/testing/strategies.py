@@ -171,6 +171,18 @@ class AttentionProblem:
         ndarray of bool, shape (B, H, L, S)
             True where `mask` (if any), ``is_causal`` and `window` (placed
             by ``causal_alignment``) all allow the pair.
+
+        Examples
+        --------
+        Two queries placed on the last two of three keys:
+
+        >>> import numpy as np
+        >>> from attention_ref.testing.strategies import AttentionProblem
+        >>> q, k = np.zeros((1, 1, 2, 4)), np.zeros((1, 1, 3, 4))
+        >>> options = {"is_causal": True, "causal_alignment": "bottom-right"}
+        >>> AttentionProblem(q, k, k, options).allowed()[0, 0]
+        array([[ True,  True, False],
+               [ True,  True,  True]])
         """
         B, H, L, _ = self.q.shape
         S = self.k.shape[-2]
@@ -246,6 +258,24 @@ class AttentionProblem:
         kernel (zeros on the CPU in recent versions, NaN in some others):
         draws with ``hard=False`` or ``min_keys=2`` have no such row (see
         `attention_problems`).
+
+        Examples
+        --------
+        A soft cap has no counterpart (this needs no torch):
+
+        >>> import numpy as np
+        >>> from attention_ref.testing.strategies import AttentionProblem
+        >>> x = np.zeros((1, 1, 2, 4), dtype=np.float32)
+        >>> AttentionProblem(x, x, x, {"softcap": 20.0}).sdpa_kwargs()  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: torch's scaled_dot_product_attention cannot express softcap; this ...
+
+        With torch installed, the problem runs through torch's attention::
+
+            >>> import torch                                          # doctest: +SKIP
+            >>> F = torch.nn.functional                               # doctest: +SKIP
+            >>> out = F.scaled_dot_product_attention(*p.to_torch(), **p.sdpa_kwargs())  # doctest: +SKIP
         """
         present = [name for name in _NOT_IN_SDPA if self.options.get(name) is not None]
         if present:
