@@ -24,6 +24,7 @@ _TORCH_BITS = {
     "float8_e5m2": ("float8_e5m2", "uint8"),
     "float8_e4m3fnuz": ("float8_e4m3fnuz", "uint8"),
     "float8_e5m2fnuz": ("float8_e5m2fnuz", "uint8"),
+    "float8_e8m0fnu": ("float8_e8m0fnu", "uint8"),
 }
 
 
@@ -75,6 +76,24 @@ def _torch_to_numpy(t, name: str) -> np.ndarray:
         return t.numpy()
     except TypeError as exc:
         raise TypeError(f"{name} is a torch tensor of dtype {t.dtype}, which NumPy cannot hold ({exc})") from None
+
+
+def numpy_to_torch(torch, arr: np.ndarray, device):
+    """The ndarray `arr` as a torch tensor of the same values and dtype on `device` (the caller passes `torch`).
+
+    bfloat16 and the fp8 formats (ml_dtypes dtypes) travel as the torch integer of their width and are viewed
+    as torch's dtype of that name: exact, whatever the dtype. The tensor shares `arr`'s memory on the CPU, unless
+    `arr` is read-only (then it holds a copy: torch warns on a read-only array).
+    """
+    if not arr.flags.writeable:
+        arr = arr.copy()
+    name = arr.dtype.name
+    if name in _TORCH_BITS:
+        bits = np.ascontiguousarray(arr).view(_TORCH_BITS[name][1])
+        tensor = torch.from_numpy(bits).view(getattr(torch, name))
+    else:
+        tensor = torch.from_numpy(arr)
+    return tensor.to(device)
 
 
 def to_numpy(x, name: str = "x") -> np.ndarray:

@@ -43,15 +43,23 @@ def is_bfloat16(dtype) -> bool:
     return isinstance(dtype, np.dtype) and _extension_name(dtype) == "bfloat16" and dtype.itemsize == 2
 
 
-def bfloat16_dtype() -> np.dtype:
-    """Return ml_dtypes' bfloat16, importing ml_dtypes only now; ImportError saying how to install it if missing."""
+def ml_dtypes_dtype(type_name: str) -> np.dtype:
+    """Return ml_dtypes' dtype called `type_name` (bfloat16, float8_e4m3fn, ...), importing ml_dtypes only now.
+
+    ImportError saying how to install ml_dtypes if it is missing; AttributeError if it has no such type.
+    """
     try:
         import ml_dtypes
     except ImportError:
         raise ImportError(
-            "bfloat16 needs the optional ml_dtypes package (the NumPy dtype JAX uses): pip install ml_dtypes"
+            f"{type_name} needs the optional ml_dtypes package (the NumPy dtypes JAX uses): pip install ml_dtypes"
         ) from None
-    return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(getattr(ml_dtypes, type_name))
+
+
+def bfloat16_dtype() -> np.dtype:
+    """Return ml_dtypes' bfloat16, importing ml_dtypes only now; ImportError saying how to install it if missing."""
+    return ml_dtypes_dtype("bfloat16")
 
 
 def is_fp8(dtype) -> bool:
@@ -122,15 +130,56 @@ def as_bool_mask(mask, name: str = "mask") -> np.ndarray:
     return arr
 
 
+def _torch_dtype_name(dtype) -> str | None:
+    """The name of a torch dtype without its "torch." ("bfloat16" for ``torch.bfloat16``); None for anything else.
+
+    Told from the object's type, so torch is never imported: a torch dtype exists only once the caller has.
+    """
+    kind = type(dtype)
+    if kind.__name__ == "dtype" and kind.__module__.split(".", 1)[0] == "torch":
+        return str(dtype).removeprefix("torch.")
+    return None
+
+
+def is_dtype_like(value) -> bool:
+    """Whether `value` is one dtype (a name, NumPy dtype, scalar type or torch dtype), not a sequence of them."""
+    return isinstance(value, (str, np.dtype, type)) or _torch_dtype_name(value) is not None
+
+
+def as_dtype(dtype, name: str = "dtype") -> np.dtype:
+    """Return `dtype` as a NumPy dtype, whichever library spelled it.
+
+    Accepted: a NumPy dtype, scalar type or name (``None`` is float64, as for NumPy), an ml_dtypes type or its
+    name ("bfloat16", "float8_e4m3fn", ...), a JAX dtype (``jnp.bfloat16``: its ``dtype`` is NumPy's) and a
+    torch dtype (``torch.bfloat16``, ``torch.float8_e4m3fnuz``, ...: the NumPy or ml_dtypes dtype of the same
+    format). No framework is imported; ml_dtypes only for its own names (ImportError if it is missing). Anything
+    else is a TypeError naming `name`.
+    """
+    torch_name = _torch_dtype_name(dtype)
+    spelled = dtype if torch_name is None else torch_name
+    if isinstance(spelled, str) and (spelled == "bfloat16" or spelled.startswith(_NARROW_FLOAT_PREFIXES)):
+        try:
+            return ml_dtypes_dtype(spelled)
+        except AttributeError:
+            pass  # no such ml_dtypes type: rejected below
+    else:
+        try:
+            return np.dtype(spelled)
+        except (TypeError, ValueError):
+            pass
+    raise TypeError(
+        f"{name} must be a dtype: a NumPy, ml_dtypes, JAX or torch dtype, or its name; got {dtype!r}"
+    )
+
+
 def float_dtype(dtype, name: str = "dtype") -> np.dtype:
     """Return `dtype` as float16, float32, float64 or bfloat16; anything else is a TypeError.
 
-    The string ``"bfloat16"`` imports ml_dtypes (ImportError if it is missing).
+    `dtype` is read by `as_dtype`: NumPy, ml_dtypes, JAX and torch dtypes and names. ``"bfloat16"`` and
+    ``torch.bfloat16`` import ml_dtypes (ImportError if it is missing).
     """
-    if isinstance(dtype, str) and dtype == "bfloat16":
-        return bfloat16_dtype()
     try:
-        dt = np.dtype(dtype)
+        dt = as_dtype(dtype, name)
     except TypeError:
         dt = np.dtype(object)  # not understood: rejected below
     if is_bfloat16(dt):
@@ -270,6 +319,19 @@ def check_choice(value, name: str, choices: Sequence[str]) -> str:
         expected = ", ".join(repr(c) for c in choices)
         raise ValueError(f"{name} must be one of {expected}; got {value!r}")
     return value
+
+
+def check_dtype_choice(dtype, name: str, choices: Sequence[str]) -> str:
+    """The name of `dtype` (any spelling `as_dtype` reads) if it is one of `choices`, else a ValueError."""
+    try:
+        chosen = as_dtype(dtype, name)
+    except TypeError:
+        chosen = None
+    if chosen is None or _extension_name(chosen) not in choices:
+        expected = ", ".join(repr(c) for c in choices)
+        raise ValueError(f"{name} must be one of {expected} (names or NumPy, ml_dtypes, JAX or torch dtypes); "
+                         f"got {dtype!r}")
+    return _extension_name(chosen)
 
 
 def check_generator(rng, name: str = "rng") -> np.random.Generator:

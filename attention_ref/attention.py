@@ -415,8 +415,11 @@ def scaled_dot_product_attention(q, k, v, *, return_weights=False, return_lse=Fa
         3's convention). A scalar, or FlashAttention 3's shape ``(B, Hkv)``
         lining up with the axes before the last two; under `enable_gqa`,
         ``q_descale[b, g]`` applies to every query head of group ``g``.
-        Without a descale an fp8 array stands for itself (descale 1). See
-        `quantize_fp8`.
+        Also accepted: what broadcasts to ``(B, Hkv)`` (``(Hkv,)`` or
+        ``(1, Hkv)``: one factor per head for every batch entry), and the
+        per-head descale `quantize_fp8` returns with ``per_head=True,
+        axis=-3``, ``(1, Hkv, 1, 1)``. Without a descale an fp8 array stands
+        for itself (descale 1).
     return_weights : bool, optional
         Also return the attention weights.
     return_lse : bool, optional

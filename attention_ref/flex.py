@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import math
 import sys
+import warnings
 import weakref
 
 import numpy as np
 
-from ._interop import _TORCH_BITS, is_torch_tensor, to_numpy
+from ._interop import is_torch_tensor, numpy_to_torch, to_numpy
 from ._kernel import run_blocks, scaled_down_values
 from ._online import _online_update, _safe_max
 from ._validation import (
@@ -85,14 +86,7 @@ def _as_tensor(torch, x, device):
     arr = np.asarray(x)
     if arr.dtype.kind in "iu":
         arr = arr.astype(np.int64)  # a copy: the mod may change its indices in place
-    if not arr.flags.writeable:
-        arr = arr.copy()  # torch.from_numpy warns on a read-only array
-    name = arr.dtype.name
-    if name in _TORCH_BITS:  # ml_dtypes bits travel through the torch integer of their width
-        tensor = torch.from_numpy(np.ascontiguousarray(arr).view(_TORCH_BITS[name][1])).view(getattr(torch, name))
-    else:
-        tensor = torch.from_numpy(arr)
-    return tensor.to(device)
+    return numpy_to_torch(torch, arr, device)
 
 
 def _failure(fn, kind: str, where: str, numpy_error, torch_errors) -> Exception:
@@ -105,6 +99,12 @@ def _failure(fn, kind: str, where: str, numpy_error, torch_errors) -> Exception:
     failure = error(f"{_mod_name(fn, kind)} raised {' and '.join(parts)} ({where})")
     failure.__cause__ = first
     return failure
+
+
+def _warn_again(caught) -> None:
+    """Issue the recorded warnings `caught` again, each from where it was first raised, under the caller's filters."""
+    for record in caught:
+        warnings.warn_explicit(record.message, record.category, record.filename, record.lineno, source=record.source)
 
 
 def _on_torch(fn, kind: str, attempt, where: str, numpy_error=None):
@@ -140,13 +140,17 @@ def _call(fn, kind: str, args, where: str):
     """
     numpy_error = None
     if _known_device(fn) is None:
-        try:
-            result = fn(*args)
-        except Exception as exc:
-            numpy_error = exc
-        else:
-            if not is_torch_tensor(result):
-                return result, None
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")  # kept, not shown, until the mod is known to be NumPy's
+            try:
+                result = fn(*args)
+            except Exception as exc:
+                numpy_error = exc
+        if numpy_error is None and not is_torch_tensor(result):
+            _warn_again(caught)  # a NumPy mod: its warnings are the caller's to see
+            return result, None
+        # a mod written for torch: what it warned on NumPy arrays (NumPy's __array_wrap__ DeprecationWarning
+        # when a tensor meets an ndarray) belongs to an attempt the caller never asked for
         if "torch" not in sys.modules:
             raise _failure(fn, kind, where, numpy_error, [])
 

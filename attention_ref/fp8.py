@@ -19,9 +19,10 @@ from ._validation import (
     bfloat16_dtype,
     check_axis,
     check_bool,
-    check_choice,
+    check_dtype_choice,
     check_finite,
     is_fp8,
+    ml_dtypes_dtype,
     result_dtype,
 )
 
@@ -33,18 +34,21 @@ FP8_MAX = {"float8_e4m3fn": 448.0, "float8_e5m2": 57344.0}
 
 def fp8_dtype(name: str) -> np.dtype:
     """ml_dtypes' fp8 dtype called `name` (ImportError if ml_dtypes is missing)."""
-    bfloat16_dtype()  # the same ImportError, saying how to install ml_dtypes
-    import ml_dtypes
-
-    return np.dtype(getattr(ml_dtypes, name))
+    return ml_dtypes_dtype(name)
 
 
 def _descale(descale, name: str, x: np.ndarray, groups: int) -> np.ndarray:
-    """`descale` checked and shaped to broadcast against `x` (..., H, L, E): a scalar, or one per (..., Hkv)."""
+    """`descale` checked and shaped to broadcast against `x` (..., H, L, E): a scalar, or one per (..., Hkv).
+
+    The documented shape is (B, Hkv); whatever broadcasts to it is taken, and so is the per-head descale
+    `quantize_fp8` returns with ``axis`` (`x`'s number of dimensions, the last two of length one: (1, Hkv, 1, 1)).
+    """
     arr = as_real_array(descale, name).astype(np.float32)
     check_finite(arr, name)
     if arr.ndim == 0:
         return arr
+    if arr.ndim == np.ndim(x) >= 3 and arr.shape[-2:] == (1, 1):
+        arr = arr[..., 0, 0]  # (B or 1, Hkv, 1, 1) -> (B or 1, Hkv)
     if groups > 1:  # query head h is in group h // groups, as in FlashAttention 3 and PyTorch
         arr = np.repeat(arr, groups, axis=-1)
     lead = x.shape[:-2]  # (..., H): the batch and head axes
@@ -55,7 +59,8 @@ def _descale(descale, name: str, x: np.ndarray, groups: int) -> np.ndarray:
     if not fits:
         raise ValueError(
             f"{name} must be a scalar or hold one factor per batch entry and key/value head, (B, Hkv), lining up "
-            f"with the axes before the last two of the array it dequantizes, {x.shape}; got {np.shape(descale)}"
+            f"with the axes before the last two of the array it dequantizes, {x.shape} (or the per-head "
+            f"(1, Hkv, 1, 1) of quantize_fp8(..., per_head=True, axis=-3)); got {np.shape(descale)}"
         )
     return arr[..., None, None]
 
@@ -122,8 +127,10 @@ def quantize_fp8(x, dtype="float8_e4m3fn", *, per_head=False, axis=None):
     ----------
     x : array_like, shape (B, H, L, E) with `per_head` and no `axis`, else any shape
         The values to quantize.
-    dtype : {"float8_e4m3fn", "float8_e5m2"}, optional
-        The fp8 format (ml_dtypes' dtypes of these names).
+    dtype : {"float8_e4m3fn", "float8_e5m2"} or dtype, optional
+        The fp8 format: its name, or the dtype of that name from ml_dtypes,
+        torch (``torch.float8_e4m3fn``) or JAX (``jnp.float8_e5m2``). The
+        result is ml_dtypes' dtype of that format whichever was given.
     per_head : bool, optional
         One descale per head instead of one for the whole array. Without
         `axis`, `x` is read as ``(B, H, L, E)`` and gets one descale per
@@ -151,8 +158,12 @@ def quantize_fp8(x, dtype="float8_e4m3fn", *, per_head=False, axis=None):
     descale : numpy.float32 or ndarray of float32
         The factor that dequantizes `x8`: pass it as ``q_descale``,
         ``k_descale`` or ``v_descale``. A scalar; with `per_head`, shape
-        ``(B, H)``, or with `axis` `x`'s shape with every axis but `axis`
-        of length one. 1 where the array (or head) is all zeros.
+        ``(B, H)``, the descale shape the attention functions document
+        (FlashAttention 3's ``(B, Hkv)`` for keys and values); with `axis`,
+        `x`'s shape with every axis but `axis` of length one, which they
+        accept besides: ``(1, Hkv, 1, 1)`` for ``(B, Hkv, S, E)`` keys
+        (``axis=1``) or an "HND" pool, ``(1, 1, Hkv, 1)`` for an "NHD"
+        pool (`paged_attention`). 1 where the array (or head) is all zeros.
 
     Raises
     ------
@@ -197,7 +208,7 @@ def quantize_fp8(x, dtype="float8_e4m3fn", *, per_head=False, axis=None):
     ...     assert (descale.ravel() == np.array([1.0, 4.0], dtype=np.float32) / 448).all()
     ...     assert (pool8.astype(np.float32) == 448).all()
     """
-    check_choice(dtype, "dtype", tuple(FP8_MAX))
+    dtype = check_dtype_choice(dtype, "dtype", tuple(FP8_MAX))
     per_head = check_bool(per_head, "per_head")
     arr = as_real_array(x, "x").astype(np.float32)
     if axis is not None:

@@ -285,7 +285,8 @@ def mask_to_bias(mask, dtype=np.float64):
         True where attention is allowed.
     dtype : {numpy.float16, numpy.float32, numpy.float64, bfloat16}, optional
         Floating dtype of the bias (bfloat16 from the ``ml_dtypes``
-        package). Default float64.
+        package), as a NumPy or ml_dtypes dtype, a name, or a torch or JAX
+        dtype (``torch.bfloat16``, ``jnp.float16``). Default float64.
 
     Returns
     -------

@@ -216,7 +216,8 @@ def init_multi_head_params(rng, d_model, n_heads, *, n_kv_heads=None, d_head=Non
     bias : bool, optional
         Create zero biases (True, default) or none (False).
     dtype : {numpy.float16, numpy.float32, numpy.float64}, optional
-        Dtype of every array. Default float64.
+        Dtype of every array: a NumPy dtype or name, or the same float as
+        a torch or JAX dtype (``torch.float32``). Default float64.
 
     Returns
     -------

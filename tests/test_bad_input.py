@@ -229,6 +229,7 @@ CASES = [
     ("mask_to_bias", "dtype-int", call(mask_to_bias, [True], dtype=int), TypeError, r"^dtype "),
     ("mask_to_bias", "dtype-complex", call(mask_to_bias, [True], dtype=np.complex128), TypeError, r"^dtype "),
     ("mask_to_bias", "dtype-nonsense", call(mask_to_bias, [True], dtype="banana"), TypeError, r"^dtype "),
+    ("mask_to_bias", "dtype-no-dtype", call(mask_to_bias, [True], dtype=3), TypeError, r"^dtype .*; got 3$"),
     # --- attention_backward, more cases below
     ("attention_backward", "dout-str", backward(dout="d"), TypeError, r"^dout "),
     ("attention_backward", "block-str", backward(block_size="a"), TypeError, r"^block_size "),
@@ -565,6 +566,9 @@ CASES = [
      ValueError, r"^indptr "),
     ("nhd_to_hnd", "3d", call(attention_ref.nhd_to_hnd, np.zeros((1, 2, 3))), ValueError, r"^pages "),
     ("quantize_fp8", "format", call(attention_ref.quantize_fp8, np.ones(2), "int8"), ValueError, r"^dtype "),
+    ("quantize_fp8", "format-no-dtype", call(attention_ref.quantize_fp8, np.ones(2), 3), ValueError, r"^dtype "),
+    ("quantize_fp8", "format-float32", call(attention_ref.quantize_fp8, np.ones(2), np.float32), ValueError,
+     r"^dtype must be one of 'float8_e4m3fn', 'float8_e5m2' .*; got <class 'numpy.float32'>$"),
 ]
 
 

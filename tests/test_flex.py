@@ -867,3 +867,34 @@ def test_the_package_does_not_import_torch_for_numpy_mods():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                             cwd=Path(__file__).resolve().parents[1])
     assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.torch
+def test_a_torch_mod_tried_on_numpy_arrays_shows_no_numpy_warning(tt):
+    # tensor + ndarray makes NumPy wrap a tensor through torch's one-argument __array_wrap__, a
+    # DeprecationWarning of NumPy 2 raised on that first, NumPy try: the caller never asked for it
+    half = tt.tensor(0.5, dtype=tt.float64)
+
+    def relative(score, b, h, q_idx, kv_idx):
+        return half * (q_idx - kv_idx) + score
+
+    q, k, v = problem(seed=25)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = ar.flex_attention(q, k, v, relative, block_size=16)
+    assert [str(w.message) for w in caught] == []
+    rel = np.arange(L)[:, None] - np.arange(S)
+    np.testing.assert_allclose(out, ar.scaled_dot_product_attention(q, k, v, bias=0.5 * rel), rtol=0, atol=1e-14)
+    assert flex._known_device(relative) == tt.device("cpu")
+
+
+def test_a_numpy_mod_keeps_its_own_warnings():
+    def noisy(score, b, h, q_idx, kv_idx):
+        warnings.warn("the mod's own warning", UserWarning, stacklevel=1)
+        return score
+
+    q, k, v = problem(seed=26)
+    with pytest.warns(UserWarning, match="the mod's own warning") as caught:
+        out = ar.flex_attention(q, k, v, noisy, block_size=16)
+    assert all(w.filename == __file__ for w in caught)  # shown where the mod raised it
+    np.testing.assert_array_equal(out, ar.flex_attention(q, k, v, block_size=16))

@@ -313,6 +313,49 @@ def test_the_fp8_baseline_rounds_the_weights_to_fp8():
     assert with_fp8 > 2 * without
 
 
+def test_sdpa_takes_the_per_head_descale_quantize_fp8_gives_with_axis_as_its_b_hkv_shape():
+    q8, k8, v8, options = fp8_problem(5)
+    k = k8.astype(np.float64) * options["k_descale"][..., None, None]
+    k8_head, kd_head = quantize_fp8(k, per_head=True, axis=1)  # one factor per key/value head: (1, Hkv, 1, 1)
+    assert kd_head.shape == (1, 2, 1, 1)
+    base = {name: options[name] for name in ("q_descale", "v_descale", "enable_gqa")}
+    want = scaled_dot_product_attention(q8, k8_head, v8, k_descale=kd_head.reshape(1, 2), **base)  # (1, Hkv)
+    np.testing.assert_array_equal(scaled_dot_product_attention(q8, k8_head, v8, k_descale=kd_head, **base), want)
+    by_batch = np.concatenate([kd_head, 2 * kd_head])  # (B, Hkv, 1, 1): the second batch entry's keys doubled
+    doubled = scaled_dot_product_attention(q8, k8_head, v8, k_descale=by_batch, **base)
+    np.testing.assert_array_equal(doubled[0], want[0])
+    np.testing.assert_array_equal(
+        doubled[1], scaled_dot_product_attention(q8[1:], k8_head[1:], v8[1:], k_descale=2 * kd_head,
+                                                 **(base | {"q_descale": base["q_descale"][1:],
+                                                            "v_descale": base["v_descale"][1:]}))[0])
+    with pytest.raises(ValueError, match=r"^k_descale must be a scalar or hold one factor per batch entry and "
+                                         r"key/value head, \(B, Hkv\).*\(1, Hkv, 1, 1\).*got \(1, 2, 3, 1\)$"):
+        scaled_dot_product_attention(q8, k8_head, v8, k_descale=np.ones((1, 2, 3, 1)), **base)
+
+
+def test_quantize_fp8_takes_the_format_as_an_ml_dtypes_dtype():
+    ml_dtypes = require("ml_dtypes")
+    x = np.linspace(-3.0, 3.0, 7)
+    for fmt in FORMATS:
+        by_name = quantize_fp8(x, fmt)
+        for spelled in (getattr(ml_dtypes, fmt), np.dtype(getattr(ml_dtypes, fmt))):
+            x8, descale = quantize_fp8(x, spelled)
+            assert x8.dtype.name == fmt and descale == by_name[1]
+            np.testing.assert_array_equal(x8.astype(np.float64), by_name[0].astype(np.float64))
+
+
+@pytest.mark.torch
+def test_quantize_fp8_takes_torch_fp8_dtypes_and_refuses_the_fnuz_ones():
+    torch = require("torch")
+    x = np.linspace(-3.0, 3.0, 7)
+    for fmt in FORMATS:
+        assert quantize_fp8(x, getattr(torch, fmt))[0].dtype.name == fmt
+    for other in ("float8_e4m3fnuz", "float8_e5m2fnuz"):
+        with pytest.raises(ValueError, match=rf"^dtype must be one of 'float8_e4m3fn', 'float8_e5m2' .*; "
+                                             rf"got torch.{other}$"):
+            quantize_fp8(x, getattr(torch, other))
+
+
 # --- bad input ------------------------------------------------------------------
 
 

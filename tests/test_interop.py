@@ -31,6 +31,59 @@ def test_torch_tensors_keep_their_dtype_and_bits(name):
     np.testing.assert_array_equal(got.astype(np.float64), values.to(torch.float64).numpy())
 
 
+#: Every fp8 format torch has, with values each holds exactly (float8_e8m0fnu: unsigned powers of two only).
+_TORCH_FP8 = {
+    "float8_e4m3fn": [-448.0, -3.0, -0.5, 0.0, 0.015625, 1.0, 1.125, 240.0, 448.0],
+    "float8_e4m3fnuz": [-240.0, -3.0, -0.5, 0.0, 0.0078125, 1.0, 1.125, 240.0],
+    "float8_e5m2": [-57344.0, -3.0, -0.5, 0.0, 2.0**-14, 1.0, 1.25, 57344.0],
+    "float8_e5m2fnuz": [-57344.0, -3.0, -0.5, 0.0, 2.0**-15, 1.0, 1.25, 57344.0],
+    "float8_e8m0fnu": [2.0**-20, 0.25, 1.0, 2.0, 2.0**40],
+}
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("name", sorted(_TORCH_FP8))
+def test_every_fp8_format_of_torch_converts_to_its_own_format_with_its_values(name):
+    torch = require("torch")
+    ml_dtypes = require("ml_dtypes")
+    if not hasattr(torch, name):
+        pytest.skip(f"this torch has no {name}")
+    values = np.array(_TORCH_FP8[name])
+    tensor = torch.tensor(values, dtype=torch.float64).to(getattr(torch, name))
+    got = to_numpy(tensor)
+    assert got.dtype == np.dtype(getattr(ml_dtypes, name))
+    # every value is exact in its format, so the format read wrongly (e4m3fnuz's bits as e4m3fn's, whose exponent
+    # bias differs by one) changes them; torch's own widening says what they are
+    np.testing.assert_array_equal(tensor.to(torch.float64).numpy(), values)
+    np.testing.assert_array_equal(got.astype(np.float64), values)
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("name", ["float16", "float32", "float64"])
+def test_a_numpy_float_tensor_that_requires_grad_converts_to_its_values(name):
+    torch = require("torch")
+    leaf = torch.linspace(-2, 2, 9, dtype=getattr(torch, name), requires_grad=True)
+    for tensor in (leaf, leaf * 3):  # a leaf, and a result in the autograd graph
+        got = to_numpy(tensor)
+        assert got.dtype == np.dtype(name)
+        np.testing.assert_array_equal(got, tensor.detach().numpy())
+    np.testing.assert_array_equal(to_numpy(leaf * 3).astype(np.float64), np.linspace(-6, 6, 9))
+
+
+@pytest.mark.torch
+def test_the_checkers_take_torch_dtypes_for_dtype():
+    torch = require("torch")
+    require("ml_dtypes")
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(1, 2, 24, 16, generator=g, dtype=torch.bfloat16) for _ in range(3))
+    wide = torch.nn.functional.scaled_dot_product_attention(q, k, v).float()
+    assert_attention_close(wide, q, k, v, dtype=torch.bfloat16)
+    with pytest.raises(AssertionError, match="bfloat16"):
+        assert_attention_close(wide * 1.02, q, k, v, dtype=torch.bfloat16)
+    with pytest.raises(TypeError, match=r"^dtype must be float16, float32, float64 or bfloat16; got torch.int8$"):
+        assert_attention_close(wide, q, k, v, dtype=torch.int8)
+
+
 @pytest.mark.torch
 def test_a_tensor_that_requires_grad_or_is_a_strided_view_converts():
     torch = require("torch")

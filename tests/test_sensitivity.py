@@ -152,3 +152,20 @@ def test_default_rule_catches_a_wrong_scale(tt, smallest_errors_caught, dtype):
         f"{dtype}: a scale error of {MUST_CATCH[dtype]:.1%} passes the default rule for seeds {missed}; "
         f"the smallest error caught in all {CASES} cases is {worst:.1%}"
     )
+
+
+def _property_sensitivity():
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "property_sensitivity.py"
+    spec = importlib.util.spec_from_file_location("property_sensitivity", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_property_draws_with_two_keys_a_row_catch_a_float32_scale_error(tt):
+    require("hypothesis")
+    counts = _property_sensitivity().measure("float32", 0.001, 40, 2)
+    assert counts["draws"] == 40 and counts["false_alarms"] == 0
+    assert counts["caught"] >= 36, counts  # benchmarks/property_sensitivity.py: 292 of 300
+    right = _property_sensitivity().measure("float32", 0.0, 20, 2)  # a scale off by nothing is no error
+    assert right["caught"] == right["false_alarms"] == 0

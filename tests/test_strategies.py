@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from conftest import require
 
-from attention_ref import blockwise_attention, scaled_dot_product_attention
+from attention_ref import alibi_slopes, blockwise_attention, causal_mask, scaled_dot_product_attention
 from attention_ref.testing import assert_attention_close
 
 try:  # without hypothesis: the module skips locally; in CI require fails, and so does the collection
@@ -22,6 +22,8 @@ from hypothesis import Phase, find, given, settings
 from attention_ref.testing.strategies import AttentionProblem, attention_problems
 
 OPTION_NAMES = {"mask", "is_causal", "causal_alignment", "window", "scale", "softcap", "enable_gqa"}
+#: Drawn only when asked for, each by its flag.
+EXTRA_FAMILIES = {"bias": "bias", "alibi": "alibi_slopes", "sinks": "sinks"}
 FAMILIES = {"gqa": "enable_gqa", "masks": "mask", "causal": "is_causal", "windows": "window", "softcap": "softcap"}
 #: Not derandomized (each run explores new draws) unless a test must count.
 QUICK = settings(max_examples=40, deadline=None, database=None)
@@ -132,6 +134,8 @@ def test_draws_have_the_documented_shapes_and_are_valid_calls(dtype, hard):
 def test_dtypes_are_drawn_from_the_given_ones_by_name_or_dtype():
     found = {p.q.dtype for p in draws(attention_problems(dtypes=("float16", np.float64)), 60)}
     assert found == {np.dtype(np.float16), np.dtype(np.float64)}
+    fake = type("dtype", (), {"__module__": "torch", "__str__": lambda self: "torch.float16"})()  # torch's, faked
+    assert {p.q.dtype for p in draws(attention_problems(dtypes=fake), 10)} == {np.dtype(np.float16)}
     assert {p.q.dtype for p in draws(attention_problems(dtypes=np.float16), 10)} == {np.dtype(np.float16)}
     assert {p.q.dtype for p in draws(attention_problems(dtypes="float64"), 10)} == {np.dtype(np.float64)}
 
@@ -236,6 +240,174 @@ def test_benign_draws_are_standard_normal_square_and_moderate():
     assert {p.q.shape[2] for p in draws(attention_problems(hard=False, max_len=5), 20)} <= {5}
 
 
+def window_alone_empties_a_row(p):
+    """Whether the window, without the mask or causality, leaves some query row no key (written out here)."""
+    L, S = p.q.shape[2], p.k.shape[2]
+    left, right = p.options["window"]
+    offset = S - L if p.options.get("causal_alignment") == "bottom-right" else 0
+    position = np.arange(L) + offset  # the key position of each query
+    lo = position - (np.inf if left is None else left)  # the keys of the window, before clipping to [0, S)
+    hi = position + (np.inf if right is None else right)
+    return bool(np.any((hi < 0) | (lo > S - 1)))
+
+
+def hard_mechanisms(p):
+    """Each way a hard draw empties rows, told on its own from the drawn options."""
+    L, S = p.q.shape[2], p.k.shape[2]
+    mask = p.options.get("mask")
+    return {
+        # in a mask of 16 keys or more, a third of them True or more: a row that random density leaves empty
+        # about once in 100,000 rows, so one found there was emptied on purpose
+        "a dense mask with an all-False row": mask is not None and mask.shape[-2] == L > 1 and S >= 16
+        and mask.mean() >= 1 / 3 and not mask.any(-1).all(),
+        "key padding of every key": mask is not None and mask.shape[-2] == 1 and not mask.any(-1).all(),
+        "bottom-right causality with L > S": bool(p.options.get("is_causal")) and L > S
+        and p.options.get("causal_alignment") == "bottom-right",
+        "a window past the keys": "window" in p.options and window_alone_empties_a_row(p),
+    }
+
+
+def test_hard_draws_reach_each_way_of_emptying_rows_on_its_own():
+    found = draws(attention_problems(), 300)
+    counts = Counter(name for p in found for name, hit in hard_mechanisms(p).items() if hit)
+    share = {name: counts[name] / len(found) for name in hard_mechanisms(found[0])}
+    assert min(share.values()) >= 0.02, share
+    for p in found:  # and each one does empty a row
+        if any(hard_mechanisms(p).values()):
+            assert empty_rows(p), p
+    assert not any(any(hard_mechanisms(p).values()) for p in draws(attention_problems(hard=False), 100))
+
+
+@pytest.mark.parametrize("flag", sorted(EXTRA_FAMILIES))
+def test_bias_alibi_and_sinks_are_drawn_when_asked_for_and_only_then(flag):
+    option = EXTRA_FAMILIES[flag]
+    on = draws(attention_problems(**{flag: True}, max_len=24), 100)
+    share = sum(option in p.options for p in on) / len(on)
+    assert 0.2 <= share <= 0.8, share
+    assert not any(option in p.options for p in draws(attention_problems(max_len=24), 60))
+    for p in on:
+        if option not in p.options:
+            continue
+        B, H, L, _ = p.q.shape
+        S = p.k.shape[2]
+        value = p.options[option]
+        assert np.isfinite(value.astype(np.float64)).all()
+        if flag == "bias":
+            assert value.dtype == p.q.dtype and np.broadcast_shapes(value.shape, (B, H, L, S)) == (B, H, L, S)
+        else:
+            assert value.shape == (H,)
+        if flag == "alibi":
+            ratio = value / alibi_slopes(H)
+            assert np.allclose(ratio, ratio[0]) and ratio[0] in (1.0, 4.0, 0.25)
+        assert_attention_close(blockwise(p.q, p.k, p.v, **p.options), p.q, p.k, p.v, **p.options)
+
+
+def allowed_keys(p):
+    """How many keys each query row may see, (B, H, L): the reference's weights with every score 0 are 1 / count."""
+    q = np.zeros(p.q.shape)
+    k = np.zeros(p.k.shape)
+    geometry = {name: value for name, value in p.options.items() if name not in ("bias", "alibi_slopes", "sinks")}
+    _, weights = scaled_dot_product_attention(q, k, p.v.astype(np.float64), return_weights=True, **geometry)
+    return (weights > 0).sum(axis=-1)
+
+
+@pytest.mark.parametrize("hard", [True, False])
+@pytest.mark.parametrize("min_keys", [2, 5])
+def test_with_min_keys_every_row_has_that_many_allowed_keys(min_keys, hard):
+    found = draws(attention_problems(min_keys=min_keys, hard=hard, bias=True, alibi=True), 150)
+    fewest = [int(allowed_keys(p).min()) for p in found]
+    assert min(fewest) >= min_keys
+    assert fewest.count(min_keys) >= 5  # reached, not avoided by drawing only long rows
+    assert any(p.options.get("is_causal") for p in found) and any("window" in p.options for p in found)
+    assert any("mask" in p.options and p.options["mask"].shape[-2] == 1 for p in found) or not hard
+    for p in found[:40]:
+        assert_attention_close(blockwise(p.q, p.k, p.v, **p.options), p.q, p.k, p.v, **p.options)
+
+
+def test_min_keys_of_one_constrains_nothing():
+    assert [repr(p) for p in draws(attention_problems(min_keys=1), 30)] == [
+        repr(p) for p in draws(attention_problems(), 30)]
+    assert any(allowed_keys(p).min() == 1 for p in draws(attention_problems(hard=False), 60))
+
+
+# --- to torch ---------------------------------------------------------------------------------------------------
+
+
+def test_sdpa_kwargs_names_the_options_torch_cannot_express_without_torch():
+    q = np.zeros((1, 2, 3, 4), np.float32)
+    for options, names in (({"softcap": 20.0}, "softcap"), ({"sinks": np.zeros(2)}, "sinks"),
+                           ({"softcap": 5.0, "sinks": np.ones(2), "scale": 0.5}, "softcap and sinks")):
+        with pytest.raises(ValueError, match=rf"^torch's scaled_dot_product_attention cannot express {names}; "):
+            AttentionProblem(q, q, q, options).sdpa_kwargs()
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32", "float64"])
+def test_to_torch_gives_the_arrays_bit_for_bit_in_their_dtype(dtype):
+    torch = require("torch")
+    if dtype == "bfloat16":
+        require("ml_dtypes")
+    for p in draws(attention_problems(dtypes=(dtype,), max_len=20), 10):
+        tensors = p.to_torch()
+        for tensor, arr in zip(tensors, (p.q, p.k, p.v), strict=True):
+            assert tensor.dtype == getattr(torch, dtype) and tuple(tensor.shape) == arr.shape
+            assert tensor.device == torch.device("cpu")
+            np.testing.assert_array_equal(tensor.to(torch.float64).numpy(), arr.astype(np.float64))
+        tensors[0].zero_()  # a copy: the problem keeps its arrays
+        assert p.q.astype(np.float64).any() or not p.q.size
+
+
+@pytest.mark.torch
+def test_sdpa_kwargs_fold_masks_causality_and_windows_into_one_mask():
+    torch = require("torch")
+    found = draws(attention_problems(softcap=False, max_len=40), 120)
+    aligned = set()
+    for p in found:
+        kwargs = p.sdpa_kwargs()
+        assert set(kwargs) == {"attn_mask", "scale", "enable_gqa"}
+        assert kwargs["scale"] == p.options.get("scale") and kwargs["enable_gqa"] == (p.q.shape[1] != p.k.shape[1])
+        B, H, L, _ = p.q.shape
+        counts = allowed_keys(p)
+        mask = kwargs["attn_mask"]
+        if mask is None:  # no mask: every key allowed
+            assert (counts == p.k.shape[2]).all()
+            continue
+        assert mask.dtype == torch.bool
+        dense = np.broadcast_to(mask.numpy(), (B, H, L, p.k.shape[2]))
+        want = np.ones(dense.shape, bool)
+        if "mask" in p.options:
+            want &= p.options["mask"]
+        if p.options.get("is_causal"):
+            want &= causal_mask(L, p.k.shape[2], alignment=p.options["causal_alignment"])
+            aligned.add(p.options["causal_alignment"])
+        if "window" not in p.options:
+            np.testing.assert_array_equal(dense, want)
+        else:
+            assert not (dense & ~want).any()  # the window only takes keys away
+        np.testing.assert_array_equal(dense.sum(-1), counts)  # with the window too: as many keys in each row
+    assert aligned == {"top-left", "bottom-right"}
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_torch_sdpa_with_sdpa_kwargs_passes_and_a_wrong_scale_fails(dtype):
+    torch = require("torch")
+    if dtype == "bfloat16":
+        require("ml_dtypes")
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    caught = 0
+    found = draws(attention_problems(dtypes=(dtype,), softcap=False, bias=True, alibi=True, min_keys=2,
+                                     max_len=40), 60)
+    for p in found:
+        q, k, v = p.to_torch()
+        kwargs = p.sdpa_kwargs()
+        assert_attention_close(sdpa(q, k, v, **kwargs), p.q, p.k, p.v, **p.options)
+        scale = kwargs["scale"] or 1 / math.sqrt(q.shape[-1])
+        wrong = sdpa(q, k, v, **(kwargs | {"scale": 1.05 * scale}))
+        caught += not passes(lambda *_, out=wrong, **__: out, p)
+    assert caught >= len(found) // 2
+
+
 # --- bad arguments --------------------------------------------------------------------------------------------------
 
 
@@ -250,6 +422,14 @@ def test_benign_draws_are_standard_normal_square_and_moderate():
     ({"masks": None}, TypeError, "masks"),
     ({"hard": "yes"}, TypeError, "hard"),
     ({"softcap": 50.0}, TypeError, "softcap"),
+    ({"bias": 1}, TypeError, "bias"),
+    ({"alibi": None}, TypeError, "alibi"),
+    ({"sinks": "no"}, TypeError, "sinks"),
+    ({"min_keys": 0}, ValueError, "min_keys"),
+    ({"min_keys": 2.0}, TypeError, "min_keys"),
+    ({"min_keys": 65}, ValueError, r"^min_keys must be at most .* max_len=64; got min_keys=65$"),
+    ({"min_keys": 9, "max_len": 8}, ValueError, r"^min_keys .* max_len=8; got min_keys=9$"),
+    ({"min_keys": 33, "hard": False}, ValueError, r"^min_keys .* 32, the longest benign length \(hard=False\)"),
 ])
 def test_bad_arguments_name_the_argument(kwargs, error, name):
     with pytest.raises(error, match=name):

@@ -638,3 +638,25 @@ def test_checkers_replay_a_kernels_dropout_mask(name):
         assert_attention_grads_close(grads[:3], q, k, v, dout, dropout_p=0.25, dropout_mask=~keep)
     with pytest.raises(TypeError, match=r"dropout_p is not an option here without dropout_mask"):
         assert_attention_close(out, q, k, v, dropout_p=0.25)
+
+
+# --- the log-sum-exp's default atol, from its documented formula (no framework) ---------------------------------
+
+
+@pytest.mark.parametrize(("name", "eps", "units"), [("bfloat16", 2.0**-7, 1.0), ("float16", 2.0**-10, 1.0),
+                                                    ("float32", 2.0**-23, 4.0)])
+def test_the_lse_default_atol_is_units_times_the_inputs_eps_times_the_largest_lse(name, eps, units):
+    # assert_attention_close's Notes: atol = u * eps * max|R|, eps that of the kernel's INPUTS (a float32
+    # log-sum-exp of bfloat16 inputs is judged by bfloat16's eps), u from the table. With factor=0 the bound is
+    # atol alone: an error of half of it passes, one of twice it fails, whatever the baseline.
+    q, k, v = qkv(20, as_dtype(name), B=2, H=4, L=64, S=64)
+    _, exact = ar.scaled_dot_product_attention(*(a.astype(np.float64) for a in (q, k, v)), return_lse=True)
+    atol = units * eps * np.abs(exact).max()
+    for fraction, passes in ((0.5, True), (2.0, False)):
+        shifted = (exact + fraction * atol).astype(np.float32)  # float32 rounding: far below atol / 2
+        if passes:
+            assert_lse_close(shifted, q, k, v, factor=0.0)
+        else:
+            with pytest.raises(AssertionError, match=r"elements are too far from the float64 reference"):
+                assert_lse_close(shifted, q, k, v, factor=0.0)
+    assert_lse_close((exact + 2.0 * atol).astype(np.float32), q, k, v, factor=0.0, atol=2.5 * atol)  # atol given

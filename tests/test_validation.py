@@ -179,6 +179,78 @@ def test_float_dtype():
         V.float_dtype(np.longdouble, "out_dtype")
 
 
+class _FakeTorchDtype:
+    """Stands for a torch dtype as the package tells one, without torch: type ``torch.dtype``, str "torch.<name>"."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __str__(self):
+        return f"torch.{self.name}"
+
+    __repr__ = __str__
+
+
+_FakeTorchDtype.__name__ = "dtype"
+_FakeTorchDtype.__module__ = "torch"
+
+
+@pytest.mark.parametrize("name", ["float16", "float32", "float64", "bfloat16"])
+def test_float_dtype_reads_a_torch_dtype_by_its_name_without_torch(name):
+    pytest.importorskip("ml_dtypes")
+    dt = V.float_dtype(_FakeTorchDtype(name))
+    assert str(dt) == name and dt.itemsize == {"float16": 2, "float32": 4, "float64": 8, "bfloat16": 2}[name]
+
+
+def test_as_dtype_reads_every_fp8_name_as_its_own_format():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    names = ["float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu"]
+    got = [V.as_dtype(_FakeTorchDtype(name)) for name in names]
+    assert got == [np.dtype(getattr(ml_dtypes, name)) for name in names]
+    assert len(set(got)) == len(names)  # no two formats read as one
+
+
+@pytest.mark.parametrize("bad", [_FakeTorchDtype("int32"), _FakeTorchDtype("float8_e4m3fn"), _FakeTorchDtype("quint8"),
+                                 "nonsense", 3])
+def test_float_dtype_refuses_other_dtypes_naming_what_it_got(bad):
+    with pytest.raises(TypeError, match=r"^dtype must be float16, float32, float64 or bfloat16; got ") as info:
+        V.float_dtype(bad)
+    assert str(info.value).endswith(repr(bad))
+
+
+def test_as_dtype_refuses_what_is_no_dtype():
+    with pytest.raises(TypeError, match=r"^out must be a dtype: a NumPy, ml_dtypes, JAX or torch dtype.*; got 3$"):
+        V.as_dtype(3, "out")
+    with pytest.raises(TypeError, match=r"; got torch.quint8$"):
+        V.as_dtype(_FakeTorchDtype("quint8"))
+
+
+def test_float_dtype_takes_torch_dtypes(torch):
+    pytest.importorskip("ml_dtypes")
+    assert V.float_dtype(torch.bfloat16) == V.bfloat16_dtype()
+    assert V.float_dtype(torch.float16) == np.float16
+    assert V.float_dtype(torch.float32) == np.float32
+    assert V.float_dtype(torch.float64) == np.float64
+    with pytest.raises(TypeError, match=r"^dtype must be float16, float32, float64 or bfloat16; got torch.int32$"):
+        V.float_dtype(torch.int32)
+
+
+def test_as_dtype_reads_torchs_fp8_dtypes_each_as_its_own_format(torch):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    for name in ("float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu"):
+        if hasattr(torch, name):
+            assert V.as_dtype(getattr(torch, name)) == np.dtype(getattr(ml_dtypes, name)), name
+
+
+def test_float_dtype_takes_jax_dtypes():
+    from conftest import require
+
+    jnp = require("jax.numpy")
+    assert V.float_dtype(jnp.bfloat16) == V.bfloat16_dtype()
+    assert V.float_dtype(jnp.float16) == np.float16
+    assert V.float_dtype(jnp.float32) == np.float32
+
+
 def test_check_int_and_real():
     assert V.check_int(np.int8(3), "n") == 3 and type(V.check_int(np.int8(3), "n")) is int
     with pytest.raises(TypeError, match=r"^n must be an integer; got np.True_|^n must be an integer"):

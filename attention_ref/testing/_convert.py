@@ -20,10 +20,11 @@ def to_numpy(x) -> np.ndarray:
     ----------
     x : array_like
         A NumPy array (returned as it is), a torch tensor (on any device,
-        requiring grad or not, in any dtype: bfloat16, float8_e4m3fn and
-        float8_e5m2 become the ml_dtypes dtypes of the same bits), a JAX or
-        CuPy array, any object with ``__array__`` or ``__dlpack__``, or a
-        nested sequence of numbers.
+        requiring grad or not, in any dtype: bfloat16 and every fp8 format,
+        float8_e4m3fn, float8_e4m3fnuz, float8_e5m2, float8_e5m2fnuz and
+        float8_e8m0fnu, become the ml_dtypes dtypes of the same bits), a
+        JAX or CuPy array, any object with ``__array__`` or
+        ``__dlpack__``, or a nested sequence of numbers.
 
     Returns
     -------

@@ -43,9 +43,11 @@ except ImportError:
         "attention_ref.testing.strategies needs the optional hypothesis package: pip install hypothesis"
     ) from None
 
-from .._validation import check_bool, check_int, float_dtype
+from .._interop import numpy_to_torch
+from .._validation import check_bool, check_int, float_dtype, is_dtype_like
 from ..attention import scaled_dot_product_attention
-from ..masks import ALIGNMENTS
+from ..masks import ALIGNMENTS, causal_mask, sliding_window_mask
+from ..positional import alibi_bias, alibi_slopes
 
 __all__ = ["AttentionProblem", "attention_problems"]
 
@@ -64,6 +66,14 @@ _SOFTCAPS = (50.0, 20.0, 5.0, 1.0)
 _DENSITIES = (0.9, 0.5, 0.1, 1.0)
 #: Benign lengths stay within this (and `max_len`).
 _BENIGN_MAX_LEN = 32
+#: Standard deviations of a drawn additive bias.
+_BIAS_SPREADS = (1.0, 0.1, 5.0)
+#: Multipliers of ALiBi's standard slopes (`attention_ref.alibi_slopes`).
+_ALIBI_FACTORS = (1.0, 0.25, 4.0)
+#: Standard deviations of drawn sink logits (about the size of the scores, and far above them).
+_SINK_SPREADS = (1.0, 10.0)
+#: The options torch's scaled_dot_product_attention has no counterpart for (`AttentionProblem.sdpa_kwargs`).
+_NOT_IN_SDPA = ("softcap", "sinks")
 
 
 def _largest(arr: np.ndarray) -> float:
@@ -94,8 +104,9 @@ class AttentionProblem:
     options : dict
         Keyword arguments of the package's scaled dot-product attention
         and of its blockwise attention: some of ``mask``, ``is_causal``,
-        ``causal_alignment``, ``window``, ``scale``, ``softcap`` and
-        ``enable_gqa``.
+        ``causal_alignment``, ``window``, ``scale``, ``softcap``,
+        ``enable_gqa``, and when asked for ``bias``, ``alibi_slopes`` and
+        ``sinks``.
 
     See Also
     --------
@@ -152,10 +163,168 @@ class AttentionProblem:
         q, k, v = (a.astype(np.float64) for a in (self.q, self.k, self.v))
         return scaled_dot_product_attention(q, k, v, **self.options)
 
+    def allowed(self) -> np.ndarray:
+        """Which keys each query may see: the mask, causality and window together, shape (B, H, L, S).
+
+        Returns
+        -------
+        ndarray of bool, shape (B, H, L, S)
+            True where `mask` (if any), ``is_causal`` and `window` (placed
+            by ``causal_alignment``) all allow the pair.
+
+        Examples
+        --------
+        Two queries placed on the last two of three keys:
+
+        >>> import numpy as np
+        >>> from attention_ref.testing.strategies import AttentionProblem
+        >>> q, k = np.zeros((1, 1, 2, 4)), np.zeros((1, 1, 3, 4))
+        >>> options = {"is_causal": True, "causal_alignment": "bottom-right"}
+        >>> AttentionProblem(q, k, k, options).allowed()[0, 0]
+        array([[ True,  True, False],
+               [ True,  True,  True]])
+        """
+        B, H, L, _ = self.q.shape
+        S = self.k.shape[-2]
+        allowed = _geometry(L, S, self.options)
+        if self.options.get("mask") is not None:
+            allowed = allowed & self.options["mask"]
+        return np.broadcast_to(allowed, (B, H, L, S))
+
+    def to_torch(self, device="cpu"):
+        """`q`, `k` and `v` as torch tensors in the problem's dtype (bfloat16 included), on `device`.
+
+        Parameters
+        ----------
+        device : str or torch.device, optional
+            Where the tensors go. Default the CPU.
+
+        Returns
+        -------
+        q, k, v : torch.Tensor
+            The same values, shapes and dtype as the arrays: exact, bit for
+            bit. On the CPU they are copies, so a kernel may change them.
+
+        Raises
+        ------
+        ImportError
+            If torch is not installed.
+
+        See Also
+        --------
+        sdpa_kwargs : The options as keyword arguments of torch's attention.
+        """
+        import torch
+
+        return tuple(numpy_to_torch(torch, np.array(a), device) for a in (self.q, self.k, self.v))
+
+    def sdpa_kwargs(self, device="cpu") -> dict:
+        r"""Keyword arguments with which torch's ``scaled_dot_product_attention`` computes this problem.
+
+        ``torch.nn.functional.scaled_dot_product_attention(*p.to_torch(),
+        **p.sdpa_kwargs())`` is the attention of ``scaled_dot_product_attention(
+        p.q, p.k, p.v, **p.options)``, computed by torch.
+
+        Parameters
+        ----------
+        device : str or torch.device, optional
+            Where the mask goes, as the tensors of `to_torch`. Default the CPU.
+
+        Returns
+        -------
+        dict
+            ``attn_mask``: None when every key is allowed, else one boolean
+            tensor (True = may attend) folding `mask`, ``is_causal`` and
+            `window` with either ``causal_alignment`` (torch's own
+            ``is_causal`` is top-left only, so it is never passed); with
+            ``bias`` or ``alibi_slopes`` a float tensor in the problem's
+            dtype instead, their sum where allowed and ``-inf`` elsewhere.
+            ``scale``: the drawn scale, or None (both mean ``1 / sqrt(E)``
+            otherwise). ``enable_gqa``: whether `k` and `v` have fewer
+            heads than `q`.
+
+        Raises
+        ------
+        ValueError
+            If the problem has an option torch's attention cannot express:
+            ``softcap`` or ``sinks`` (draw without them: ``softcap=False``,
+            ``sinks=False``).
+        ImportError
+            If torch is not installed.
+
+        Notes
+        -----
+        What torch returns for a row with no allowed key depends on its
+        kernel (zeros on the CPU in recent versions, NaN in some others):
+        draws with ``hard=False`` or ``min_keys=2`` have no such row (see
+        `attention_problems`).
+
+        Examples
+        --------
+        A soft cap has no counterpart (this needs no torch):
+
+        >>> import numpy as np
+        >>> from attention_ref.testing.strategies import AttentionProblem
+        >>> x = np.zeros((1, 1, 2, 4), dtype=np.float32)
+        >>> AttentionProblem(x, x, x, {"softcap": 20.0}).sdpa_kwargs()  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: torch's scaled_dot_product_attention cannot express softcap; this ...
+
+        With torch installed, the problem runs through torch's attention::
+
+            >>> import torch                                          # doctest: +SKIP
+            >>> F = torch.nn.functional                               # doctest: +SKIP
+            >>> out = F.scaled_dot_product_attention(*p.to_torch(), **p.sdpa_kwargs())  # doctest: +SKIP
+        """
+        present = [name for name in _NOT_IN_SDPA if self.options.get(name) is not None]
+        if present:
+            shown = ", ".join(f"{name}={_describe(self.options[name])}" for name in present)
+            raise ValueError(f"torch's scaled_dot_product_attention cannot express {' and '.join(present)}; this "
+                             f"problem has {shown} (draw with {', '.join(f'{n}=False' for n in present)})")
+        import torch
+
+        H, L = self.q.shape[1], self.q.shape[2]
+        S = self.k.shape[-2]
+        allowed = _geometry(L, S, self.options)
+        if self.options.get("mask") is not None:
+            allowed = allowed & self.options["mask"]
+        additive = None
+        if self.options.get("bias") is not None:
+            additive = self.options["bias"].astype(np.float64)
+        if self.options.get("alibi_slopes") is not None:
+            slopes = self.options["alibi_slopes"]
+            alignment = self.options.get("causal_alignment", "top-left")
+            # alibi_bias uses the standard slopes; a drawn slope is a multiple of them, the same for every head
+            factor = float(slopes[0] / alibi_slopes(H)[0])
+            term = factor * alibi_bias(H, L, S, alignment=alignment)  # (H, L, S)
+            additive = term if additive is None else additive + term
+        if additive is not None:
+            with np.errstate(invalid="ignore"):
+                folded = np.where(allowed, additive, -np.inf).astype(self.q.dtype)
+            attn_mask = numpy_to_torch(torch, folded, device)
+        elif allowed.all():
+            attn_mask = None
+        else:
+            attn_mask = numpy_to_torch(torch, np.array(allowed), device)
+        return {"attn_mask": attn_mask, "scale": self.options.get("scale"),
+                "enable_gqa": self.q.shape[1] != self.k.shape[1]}
+
+
+def _geometry(L: int, S: int, options: dict) -> np.ndarray:
+    """The (L, S) pattern of ``is_causal`` and ``window`` with the problem's ``causal_alignment`` (all True without)."""
+    alignment = options.get("causal_alignment", "top-left")
+    allowed = np.ones((L, S), dtype=bool)
+    if options.get("is_causal"):
+        allowed &= causal_mask(L, S, alignment=alignment)
+    if options.get("window") is not None:
+        allowed &= sliding_window_mask(L, S, window=options["window"], alignment=alignment)
+    return allowed
+
 
 def _as_dtypes(dtypes) -> tuple[np.dtype, ...]:
     """`dtypes` (one dtype or name, or a sequence of them) as a non-empty tuple of checked float dtypes."""
-    if isinstance(dtypes, (str, np.dtype, type)):
+    if is_dtype_like(dtypes):
         dtypes = (dtypes,)
     try:
         listed = tuple(dtypes)
@@ -169,13 +338,13 @@ def _as_dtypes(dtypes) -> tuple[np.dtype, ...]:
     return tuple(dict.fromkeys(float_dtype(dtype, "dtypes") for dtype in listed))
 
 
-def _lengths(max_len: int, hard: bool):
-    """Strategy for L or S in [1, max_len]: with `hard` lengths at block boundaries or any, else moderate ones."""
+def _lengths(max_len: int, hard: bool, least: int = 1):
+    """Strategy for L or S in [least, max_len]: with `hard` lengths at block boundaries or any, else moderate ones."""
     if not hard:
         top = min(max_len, _BENIGN_MAX_LEN)
-        return st.integers(min(top, 8), top)
-    boundary = sorted({n for n in (*_BOUNDARY_LENGTHS, max_len - 1, max_len) if 1 <= n <= max_len})
-    return st.one_of(st.sampled_from(boundary), st.integers(1, max_len))
+        return st.integers(max(least, min(top, 8)), top)
+    boundary = sorted({n for n in (*_BOUNDARY_LENGTHS, max_len - 1, max_len) if least <= n <= max_len})
+    return st.one_of(st.sampled_from(boundary), st.integers(least, max_len))
 
 
 def _padding_mask(rng, shape) -> np.ndarray:
@@ -214,17 +383,44 @@ def _draw_window(draw, max_len: int, is_causal: bool) -> tuple[int | None, int |
     return left, right
 
 
+def _keep_min_keys(options: dict, L: int, S: int, min_keys: int) -> int:
+    """Change the drawn options so that every query row has at least `min_keys` allowed keys; the new L.
+
+    `S` >= `min_keys` already. A causal problem becomes bottom-right with ``S - L >= min_keys - 1`` (top-left,
+    query 0 sees key 0 alone), a window is widened to ``min_keys - 1`` keys a side and keeps its queries within
+    the keys (``L <= S``), and a mask row left with fewer keys gains the first keys the rest allows.
+    """
+    if options.get("is_causal"):
+        options["causal_alignment"] = "bottom-right"
+        L = min(L, S - min_keys + 1)
+    if "window" in options:
+        options["window"] = tuple(None if side is None else max(side, min_keys - 1) for side in options["window"])
+        L = min(L, S)
+    mask = options.get("mask")
+    if mask is not None:
+        if mask.shape[-2] != 1:
+            mask = mask[..., :L, :]
+        geometry = _geometry(L, S, options)  # (L, S): at least min_keys True in every row
+        first = geometry & (np.cumsum(geometry, axis=-1) <= min_keys)  # the first min_keys of each row
+        short = np.sum(mask & geometry, axis=-1) < min_keys  # (..., L)
+        fill = np.where(short[..., None], first, False)  # (..., L, S)
+        if mask.shape[-2] == 1:  # key padding: one row of keys for every query
+            options["mask"] = mask | fill.any(axis=-2, keepdims=True)
+        else:
+            options["mask"] = mask | fill
+    return L
+
+
 @st.composite
-def _problems(draw, dtypes, max_len, gqa, masks, causal, windows, softcap, hard):
+def _problems(draw, dtypes, max_len, gqa, masks, causal, windows, softcap, bias, alibi, sinks, hard, min_keys):
     """The composite strategy behind `attention_problems` (arguments already checked)."""
     dtype = draw(st.sampled_from(dtypes), label="dtype")
     B = draw(st.integers(1, 2), label="B")
     Hkv = draw(st.integers(1, 3 if hard else 2), label="Hkv")
     group = draw(st.integers(1, 4), label="query heads per key/value head") if gqa else 1
     H = Hkv * group
-    lengths = _lengths(max_len, hard)
-    L = draw(lengths, label="L")
-    S = draw(lengths, label="S") if hard else L
+    L = draw(_lengths(max_len, hard, 1 if hard else min_keys), label="L")
+    S = draw(_lengths(max_len, hard, min_keys), label="S") if hard else L
     dims = st.sampled_from(_HARD_DIMS if hard else _BENIGN_DIMS)
     E, Ev = draw(dims, label="E"), draw(dims, label="Ev")
     spread = draw(st.sampled_from(_HARD_SPREADS), label="q, k spread") if hard else 1.0
@@ -246,6 +442,18 @@ def _problems(draw, dtypes, max_len, gqa, masks, causal, windows, softcap, hard)
         options["softcap"] = draw(st.sampled_from(_SOFTCAPS), label="softcap value")
     if H != Hkv:
         options["enable_gqa"] = True
+    if bias and draw(st.booleans(), label="bias"):
+        shape = draw(st.sampled_from([(L, S), (B, 1, L, S), (1, H, L, S), (B, H, L, S)]), label="bias shape")
+        spread_b = draw(st.sampled_from(_BIAS_SPREADS), label="bias spread")
+        options["bias"] = (spread_b * rng.standard_normal(shape)).astype(dtype)
+    if alibi and draw(st.booleans(), label="alibi"):
+        options["alibi_slopes"] = draw(st.sampled_from(_ALIBI_FACTORS), label="alibi factor") * alibi_slopes(H)
+    if sinks and draw(st.booleans(), label="sinks"):
+        options["sinks"] = draw(st.sampled_from(_SINK_SPREADS), label="sink spread") * rng.standard_normal(H)
+    if min_keys > 1:
+        L = _keep_min_keys(options, L, S, min_keys)
+        if "bias" in options and options["bias"].shape[-2] != L:
+            options["bias"] = options["bias"][..., :L, :]
 
     q = (spread * rng.standard_normal((B, H, L, E))).astype(dtype)
     k = (spread * rng.standard_normal((B, Hkv, S, E))).astype(dtype)
@@ -254,7 +462,7 @@ def _problems(draw, dtypes, max_len, gqa, masks, causal, windows, softcap, hard)
 
 
 def attention_problems(*, dtypes=("float32",), max_len=64, gqa=True, masks=True, causal=True, windows=True,
-                       softcap=True, hard=True):
+                       softcap=True, bias=False, alibi=False, sinks=False, hard=True, min_keys=1):
     r"""Hypothesis strategy drawing attention problems (`AttentionProblem`) to check a kernel on.
 
     Every draw is a valid call of `attention_ref.scaled_dot_product_attention`
@@ -266,7 +474,8 @@ def attention_problems(*, dtypes=("float32",), max_len=64, gqa=True, masks=True,
     dtypes : sequence of str or dtype, optional
         The dtypes to draw from (one per problem, shared by `q`, `k`, `v`):
         float16, bfloat16 (needs ml_dtypes), float32, float64, as names or
-        NumPy dtypes. A single name or dtype is one dtype. Default float32.
+        NumPy, ml_dtypes, JAX or torch dtypes (``torch.bfloat16``). A single
+        name or dtype is one dtype. Default float32.
     max_len : int, optional
         Largest number of queries L and of keys S (both are >= 1), and of
         the sides of a window. Default 64.
@@ -286,6 +495,17 @@ def attention_problems(*, dtypes=("float32",), max_len=64, gqa=True, masks=True,
         with a ``causal_alignment``.
     softcap : bool, optional
         Draw a ``softcap`` among 50, 20, 5 and 1.
+    bias : bool, optional
+        Draw an additive float ``bias`` (in the problem's dtype) of shape
+        ``(L, S)``, ``(B, 1, L, S)``, ``(1, H, L, S)`` or ``(B, H, L, S)``,
+        normal with standard deviation 0.1, 1 or 5. Default False.
+    alibi : bool, optional
+        Draw ``alibi_slopes``: ALiBi's standard slopes
+        (`attention_ref.alibi_slopes`) times 1, 4 or 1/4, one per query
+        head. Default False.
+    sinks : bool, optional
+        Draw ``sinks``, one attention-sink logit per query head, normal with
+        standard deviation 1 or 10. Default False.
     hard : bool, optional
         Reach the regimes kernels get wrong, each in a few per cent of the
         draws or more: q and k entries with standard deviation up to 10
@@ -296,6 +516,14 @@ def attention_problems(*, dtypes=("float32",), max_len=64, gqa=True, masks=True,
         33, 63, ...) and odd head sizes (1, 3, 17). False: benign draws,
         standard normal data, ``8 <= L == S <= 32`` (within `max_len`),
         head sizes 8, 16, 32, and every row keeps at least one key.
+    min_keys : int, optional
+        With 2 or more, every query row has at least this many allowed
+        keys, so that the scale, which cannot show in a row of one key (its
+        weight is 1 whatever the scores), matters in every row: ``S >=
+        min_keys``, masks keep that many keys in every row, windows are at
+        least that wide, and causal draws are bottom-right with ``S - L >=
+        min_keys - 1`` (top-left, query 0 sees one key). The default, 1,
+        constrains nothing: with `hard` rows with no allowed key are drawn.
 
     Returns
     -------
@@ -304,8 +532,9 @@ def attention_problems(*, dtypes=("float32",), max_len=64, gqa=True, masks=True,
         (B, Hkv, S, E), ``v`` (B, Hkv, S, Ev), all finite and in one dtype
         drawn from `dtypes`, and ``options``, a dict of keyword arguments
         (``mask``, ``is_causal``, ``causal_alignment``, ``window``,
-        ``scale``, ``softcap``, ``enable_gqa``; those not drawn are absent).
-        B is 1 or 2 and E, Ev are at most 64.
+        ``scale``, ``softcap``, ``enable_gqa``, ``bias``,
+        ``alibi_slopes``, ``sinks``; those not drawn are absent). B is 1 or
+        2 and E, Ev are at most 64.
 
     Raises
     ------
@@ -313,7 +542,8 @@ def attention_problems(*, dtypes=("float32",), max_len=64, gqa=True, masks=True,
         If `dtypes` holds something other than the four float dtypes, if
         `max_len` is not an integer, or a flag is not a bool.
     ValueError
-        If `dtypes` is empty or `max_len` < 1.
+        If `dtypes` is empty, `max_len` < 1, or `min_keys` < 1 or larger
+        than the draws allow: `max_len`, and with ``hard=False`` at most 32.
     ImportError
         If `dtypes` holds bfloat16 and ml_dtypes is not installed.
 
@@ -355,6 +585,12 @@ def attention_problems(*, dtypes=("float32",), max_len=64, gqa=True, masks=True,
     max_len = check_int(max_len, "max_len", minimum=1)
     flags = {name: check_bool(value, name) for name, value in (
         ("gqa", gqa), ("masks", masks), ("causal", causal), ("windows", windows), ("softcap", softcap),
-        ("hard", hard))}
-    return _problems(dtypes, max_len, **flags)
+        ("bias", bias), ("alibi", alibi), ("sinks", sinks), ("hard", hard))}
+    min_keys = check_int(min_keys, "min_keys", minimum=1)
+    most = max_len if hard else min(max_len, _BENIGN_MAX_LEN)
+    if min_keys > most:
+        limit = f"max_len={max_len}" if most == max_len else f"{most}, the longest benign length (hard=False)"
+        raise ValueError(f"min_keys must be at most the number of keys the draws can have, {limit}; "
+                         f"got min_keys={min_keys}")
+    return _problems(dtypes, max_len, min_keys=min_keys, **flags)
 

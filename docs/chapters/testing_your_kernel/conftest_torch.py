@@ -41,11 +41,6 @@ def make_qkv(dtype):
     return make
 
 
-def _judged(dtype):
-    """torch.bfloat16 -> "bfloat16": the name the checkers read."""
-    return None if dtype is None else str(dtype).removeprefix("torch.")
-
-
 @pytest.fixture
 def check_attention():
     """assert_attention_close, with PyTorch's conventions: a row with no
@@ -54,8 +49,7 @@ def check_attention():
 
     def check(out, q, k, v, *, dtype=None, empty_rows="zeros", **options):
         assert_attention_close(
-            out, q, k, v, dtype=_judged(dtype), empty_rows=empty_rows,
-            **options,
+            out, q, k, v, dtype=dtype, empty_rows=empty_rows, **options
         )
 
     return check
@@ -67,7 +61,7 @@ def check_grads():
 
     def check(grads, q, k, v, dout, *, dtype=None, **options):
         assert_attention_grads_close(
-            grads, q, k, v, dout, dtype=_judged(dtype), **options
+            grads, q, k, v, dout, dtype=dtype, **options
         )
 
     return check

@@ -4,6 +4,10 @@ conftest.py. Replace `kernel` with yours."""
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import given, settings
+
+from attention_ref.testing import assert_attention_close
+from attention_ref.testing.strategies import attention_problems
 
 
 def kernel(q, k, v, **options):
@@ -58,3 +62,20 @@ def test_dropout(make_qkv, check_attention, replay_keep_mask):
     out = run(v)
     keep = replay_keep_mask(run, k)
     check_attention(out, q, k, v, dropout_p=p, dropout_mask=keep)
+
+
+# --- property test: hypothesis draws the problems -------------------------
+# SDPA has no soft cap; with two allowed keys or more in every row, a
+# wrong scale changes every row's weights.
+problems = attention_problems(
+    dtypes=("bfloat16", "float32"), softcap=False, min_keys=2
+)
+
+
+@settings(deadline=None)
+@given(problems)
+def test_drawn_problems(p):
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    q, k, v = p.to_torch(device)  # in the problem's dtype
+    out = kernel(q, k, v, **p.sdpa_kwargs(device))
+    assert_attention_close(out, p.q, p.k, p.v, **p.options)
