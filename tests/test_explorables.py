@@ -148,6 +148,11 @@ def _scaling_expected(scaling, d_k):
     return raw, ar.softmax(raw), ar.softmax(raw / np.sqrt(d_k))
 
 
+def _bar_texts(weights):
+    """Bars as the figures write them: length in percent of the full width, and the weight beside it."""
+    return [[round(100 * float(w), 1), text] for w, text in zip(weights, _formatted(weights)[0], strict=True)]
+
+
 def test_scaling_states_are_the_softmax_of_the_row_with_and_without_the_divisor(scaling):
     table = _data(scaling.scaling_selector())
     assert scaling.SCALING_KEYS == 32 and scaling.SCALING_DEFAULT == 64  # the page's S and d_k
@@ -156,23 +161,24 @@ def test_scaling_states_are_the_softmax_of_the_row_with_and_without_the_divisor(
     for d_k in scaling.SCALING_HEAD_SIZES:
         state = table["states"][str(d_k)]
         raw, unscaled, scaled = _scaling_expected(scaling, d_k)
-        grid = state["grids"]["row"]
-        assert len(grid) == 32
-        # Both score columns with the same number of decimals.
-        assert [row[0][0] for row in grid] == [f"{x:.2f}" for x in raw]
-        assert [row[2][0] for row in grid] == [f"{x / np.sqrt(d_k):.2f}" for x in raw]
-        assert [row[1][0] for row in grid] == _formatted(unscaled)[0]
-        assert [row[3][0] for row in grid] == _formatted(scaled)[0]
+        # Two columns of bars: the weights with divisor 1, and with divisor sqrt(d_k).
+        assert state["bars"]["raw"] == _bar_texts(unscaled)
+        assert state["bars"]["scaled"] == _bar_texts(scaled)
+        assert len(state["bars"]["raw"]) == len(state["bars"]["scaled"]) == 32
         assert state["text"]["max-raw"] == f"{unscaled.max():.2f}"
         assert state["text"]["max-scaled"] == f"{scaled.max():.2f}"
+        assert state["text"]["sd"] == f"{raw.std():.1f}"
         assert state["status"].startswith(f"d\u2096 = {d_k}:")
         sharpest.append(unscaled.max())
     assert sharpest == sorted(sharpest) and sharpest[-1] > 0.99  # what the figure is for
-    # The default state is the row of the page's opening figure: the seed's generator at d_k = 64 draws q, then k.
+    # The default state is the row the page describes: the seed's generator at d_k = 64 draws q, then k.
     pic = np.random.default_rng(scaling.SCALING_SEED)
     q_pic, k_pic = pic.standard_normal(64), pic.standard_normal((32, 64))
     np.testing.assert_array_equal(q_pic[None], scaling.scaling_row(64)[0])
     np.testing.assert_array_equal(k_pic, scaling.scaling_row(64)[1])
+    # Bars, not a table of 32 rows to scan.
+    html = scaling.scaling_selector()._repr_mimebundle_()[0]["text/html"]
+    assert "data-grid" not in html and html.count('data-bars="raw"') == html.count('data-bars="scaled"') == 1
 
 
 def test_scaling_labels_are_typeset_and_never_call_the_divisor_tau(scaling):
@@ -323,12 +329,13 @@ def test_scaling_selector_in_the_page(scaling, chapter_page):
     statuses = set()
     for d_k in (*scaling.SCALING_HEAD_SIZES, 64):
         select.select_option(str(d_k))
-        raw, unscaled, scaled = _scaling_expected(scaling, d_k)
-        grid = _shown(figure)["grids"]["row"]
-        assert [row[0] for row in grid] == [f"{x:.2f}" for x in raw]
-        assert [row[1] for row in grid] == _formatted(unscaled)[0]
-        assert [row[3] for row in grid] == _formatted(scaled)[0]
-        status = _shown(figure)["slots"]["status"]
+        _, unscaled, scaled = _scaling_expected(scaling, d_k)
+        shown = _shown(figure)
+        assert shown["bars"]["raw"] == _formatted(unscaled)[0]
+        assert shown["bars"]["scaled"] == _formatted(scaled)[0]
+        widths = figure.evaluate("f => [...f.querySelectorAll('[data-bars=\"raw\"] .ex-bar')].map(b => b.style.width)")
+        assert widths == [f"{round(100 * float(w), 1):g}%" for w in unscaled]
+        status = shown["slots"]["status"]
         assert status.startswith(f"d\u2096 = {d_k}:")
         statuses.add(status)
     assert len(statuses) == 3

@@ -1,5 +1,5 @@
 """Chapter 4's explorable figure (Scaling): one query's row of scores at three head sizes, its weights with and
-without the divisor sqrt(d_k)."""
+without the divisor sqrt(d_k) as two columns of bars."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from . import widgets
 SCALING_HEAD_SIZES = (4, 64, 512)  # the selector's settings; 64 is the page's d_k
 SCALING_DEFAULT = 64
 SCALING_KEYS = 32  # S, as in the page's text
-SCALING_SEED = 76  # the seed of the page's opening figure: at d_k = 64 the default state is that figure's row
+SCALING_SEED = 76  # the seed of the page's row: the chapter's text describes the default state, d_k = 64
 _DK = "d\u2096"  # d with subscript k, typeset in plain text
 _SQRT_DK = "\u221a" + _DK
 
@@ -33,15 +33,16 @@ def scaling_row(d_k, seed=SCALING_SEED, n_keys=SCALING_KEYS):
 
 def scaling_selector(head_sizes=SCALING_HEAD_SIZES, default=SCALING_DEFAULT, seed=SCALING_SEED,
                      n_keys=SCALING_KEYS):
-    """The scaling explorable: one query's weights over `n_keys` keys for each head size, with divisor 1 (no
-    scaling, ``scale=1``) beside divisor ``sqrt(d_k)`` (the package's default scale ``1/sqrt(d_k)``)."""
+    """The scaling explorable: one query's weights over `n_keys` keys for each head size, as two columns of bars,
+    divisor 1 (no scaling, ``scale=1``) beside divisor ``sqrt(d_k)`` (the package's default scale
+    ``1/sqrt(d_k)``)."""
     import attention_ref as ar
 
     keys = [f"k{j}" for j in range(n_keys)]
     states, rows = {}, {}
     for d_k in head_sizes:
         q, k, v = scaling_row(d_k, seed, n_keys)
-        raw = (q @ k.T)[0]  # (S,) the unscaled scores, as the first column shows them
+        raw = (q @ k.T)[0]  # (S,) the unscaled scores: their spread is in the summary
         _, w_raw = ar.scaled_dot_product_attention(q, k, v, scale=1.0, return_weights=True)
         _, w_scaled = ar.scaled_dot_product_attention(q, k, v, return_weights=True)  # default scale 1/sqrt(E)
         w_raw, w_scaled = w_raw[0], w_scaled[0]  # (S,) each
@@ -53,19 +54,15 @@ def scaling_selector(head_sizes=SCALING_HEAD_SIZES, default=SCALING_DEFAULT, see
                      "max-raw": f"{w_raw[top_raw]:.2f}", "arg-raw": keys[top_raw], "ent-raw": f"{h_raw:.2f}",
                      "max-scaled": f"{w_scaled[top_scaled]:.2f}", "arg-scaled": keys[top_scaled],
                      "ent-scaled": f"{h_scaled:.2f}"},
-            # Both score columns with two decimals.
-            "grids": {"row": [[[f"{raw[j]:.2f}", widgets.PLAIN], widgets.weight_cell(w_raw[j]),
-                               [f"{raw[j] / root:.2f}", widgets.PLAIN], widgets.weight_cell(w_scaled[j])]
-                              for j in range(n_keys)]},
+            "bars": {"raw": widgets.bars(w_raw), "scaled": widgets.bars(w_scaled)},
             "status": f"{_DK} = {d_k}: with no scaling the largest weight is {w_raw[top_raw]:.2f} (entropy "
                       f"{h_raw:.2f} nats); divided by {_SQRT_DK} = {root:.3g} it is {w_scaled[top_scaled]:.2f} "
                       f"(entropy {h_scaled:.2f} of at most {np.log(n_keys):.2f}). The larger {_DK}, the sharper "
                       "the unscaled weights; the scaled ones stay spread.",
         }
         rows[d_k] = (w_raw, w_scaled)
-    table = widgets.table("row", f"One query's scores and weights over its {n_keys} keys",
-                          ["score q\u00b7k", "weight, divisor 1 (no scaling)", f"score / {_SQRT_DK}",
-                           f"weight, divisor {_SQRT_DK}"], keys, corner="key")
+    columns = (widgets.bar_list("raw", "Divisor 1 (no scaling)", keys)
+               + widgets.bar_list("scaled", f"Divisor {_SQRT_DK}", keys))
     summary = (f'<p class="ex-summary">Divisor 1 (no scaling): largest weight <span data-slot="max-raw"></span> on '
                '<span data-slot="arg-raw"></span>, entropy <span data-slot="ent-raw"></span> nats. Divisor '
                f'{_SQRT_DK} = <span data-slot="root"></span>: largest weight <span data-slot="max-scaled"></span> on '
@@ -75,9 +72,9 @@ def scaling_selector(head_sizes=SCALING_HEAD_SIZES, default=SCALING_DEFAULT, see
     page = widgets.page(
         "scaling", f"One query's weights over {n_keys} keys, with and without the divisor {_SQRT_DK}",
         [widgets.select("dk", f"Head size {_DK}", [(str(d), str(d)) for d in head_sizes], str(default))],
-        f"{summary}{table}", states, ["dk"], widgets.key(default),
-        intro=f"Choose the head size {_DK}. The two weight columns sit side by side: divisor 1 is no scaling, "
-              f"divisor {_SQRT_DK} is the package's default scale 1/{_SQRT_DK}.",
+        f'{summary}<div class="ex-pair">{columns}</div>', states, ["dk"], widgets.key(default),
+        intro=f"Choose the head size {_DK}. The two columns of bars are the same query's weights over the same "
+              f"keys: divisor 1 is no scaling, divisor {_SQRT_DK} is the package's default scale 1/{_SQRT_DK}.",
     )
     from matplotlib.figure import Figure
 
