@@ -22,6 +22,7 @@ test asserts it found a reasonable number of bounds, so it cannot pass by findin
 
 from __future__ import annotations
 
+import doctest
 import json
 import math
 import os
@@ -35,6 +36,7 @@ import pytest
 from conftest import EXT, require_built_book
 
 sys.path.insert(0, str(EXT))
+import bounds
 from bounds import DOWN, UP, format_outward
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,7 +64,7 @@ THRESHOLDS: dict[str, dict[str, str]] = {
 }
 
 _ROLE = re.compile(r"\{glue(?::(?P<role>text|up|down|any|md))?\}`(?P<body>[^`]*)`")
-_FILLER = r"(?:\s+(?:only|just|of|by|a|an|to))*"
+_FILLER = r"(?:\s+(?:only|just|of|by|a|an|to|about|roughly|around))*"  # "at most about 0.14" is a bound
 _UPPER_BEFORE = (
     r"at\s+most|below|under|less\s+than|fewer\s+than|smaller\s+than|lower\s+than|never\s+exceeds?"
     r"|does\s+not\s+exceed|do\s+not\s+exceed|no\s+more\s+than|no\s+larger\s+than|no\s+worse\s+than|within"
@@ -245,13 +247,17 @@ def test_every_bound_is_rounded_the_safe_way(book_bounds):
 
 def test_every_shown_bound_is_on_its_page(book_bounds):
     """The shown values computed here are the ones the built pages print (so this test reads the site)."""
-    missing = []
+    missing, checked = [], 0
     for bound in book_bounds:
         if bound.shown is None or isinstance(bound.raw, str):
             continue
+        checked += 1
         html = (SITE / f"{bound.page}.html").read_text(encoding="utf-8")
         if not re.search(f'class="pasted-text[^"]*">{re.escape(bound.shown)}<', html):  # glued_numbers adds a class
             missing.append(f"docs/{bound.page}.md:{bound.line}: {bound.name} shown as {bound.shown!r}")
+    # As many as the book states (a bound with no shown value has a problem the test above reports).
+    assert checked == sum(isinstance(b.raw, (int, float)) and b.shown is not None for b in book_bounds)
+    assert checked >= MIN_BOUNDS, f"checked only {checked} shown bounds against their pages: the scanner has broken"
     assert not missing, "bounds not found in the built page as computed:\n" + "\n".join(missing)
 
 
@@ -283,6 +289,11 @@ def _glue(**values):
         ("The shift is at most {glue:down}`e:.2f` here.", {"e": 1.6005}),
         ("Off by no more than {glue:text}`e:.0%`.", {"e": 0.0149}),
         ("```{code-cell} ipython3\nx = 1\n```\nBelow {glue:text}`e:.1e`, always.", {"e": 3.54e-4}),
+        ("No weight exceeds {glue:text}`w:.2f`.", {"w": 0.1336}),  # a negated lower bound's words: an upper bound
+        ("No weight exceeds {glue:down}`w:.2f`.", {"w": 0.1336}),
+        ("The error is at most about {glue:text}`e:.2f`.", {"e": 1.6005}),
+        ("The log-weight is at most {glue:text}`l:.2f`.", {"l": -0.1364}),  # a negative value, to nearest: -0.14
+        ("The log-weight is at least {glue:up}`l:.2f`.", {"l": -0.1336}),
     ],
 )
 def test_an_unsafe_bound_fails(snippet, values):
@@ -300,11 +311,26 @@ def test_an_unsafe_bound_fails(snippet, values):
         ("The PyTorch results above {glue:text}`r`.", {"r": "ran live with PyTorch"}),
         ("```{code-cell} ipython3\nprint('at most', 1)\n```\nit is {glue:text}`e:.2f`.", {"e": 1.6005}),
         ("which add up to {glue:text}`z:.4f`.", {"z": 0.99996}),
+        ("No weight exceeds {glue:up}`w:.2f`.", {"w": 0.1336}),
+        ("The error is at most about {glue:up}`e:.2f`.", {"e": 1.6005}),
+        ("The log-weight is at most {glue:up}`l:.2f`.", {"l": -0.1364}),  # -0.13
+        ("The log-weight is at least {glue:down}`l:.2f`.", {"l": -0.1336}),  # -0.14
+        ("Off by at most {glue:up}`e:.1%`.", {"e": 0.0131}),  # 1.4%
     ],
 )
 def test_a_safe_bound_passes(snippet, values):
     found = find_bounds(snippet, _glue(**values), "snippet")
     assert not [bound for bound in found if bound.problem], found
+
+
+def test_the_bound_formatting_doctests_pass():
+    """docs/_ext is outside pytest's doctest paths: its examples (negative values, percents) run here."""
+    finder, runner = doctest.DocTestFinder(), doctest.DocTestRunner(verbose=False)
+    for test in finder.find(bounds):
+        runner.run(test)
+    result = runner.summarize(verbose=False)
+    assert result.failed == 0, result
+    assert result.attempted >= 9, result  # they cannot pass by being lost
 
 
 def test_the_scanner_finds_bounds_across_lines_and_markup():

@@ -26,7 +26,10 @@ def ext():
 
 def test_every_extension_says_what_it_corrects_and_is_loaded_by_conf(ext):
     conf = (ROOT / "docs" / "conf.py").read_text()
-    modules = sorted(path.stem for path in EXT.glob("*.py") if not path.stem.startswith("_"))
+    packages = [path.parent.name for path in EXT.glob("*/__init__.py")]  # an extension split by concern
+    modules = sorted([*(path.stem for path in EXT.glob("*.py")), *packages])
+    modules = [name for name in modules if not name.startswith("_")]
+    assert "explorables" in packages, packages
     assert len(modules) >= 6, modules
     for name in modules:
         module = ext(name)
@@ -104,6 +107,25 @@ def test_the_execution_cache_follows_the_package_source(ext, tmp_path, monkeypat
     cache.configure_execution_cache(App, Config)
     assert Config.nb_execution_cache_path == str(tmp_path / "doctrees" / "jupyter_cache" / cache.source_fingerprint())
     assert not stale.exists()
+
+
+def test_the_execution_cache_follows_every_module_of_the_explorable_figures(ext, tmp_path, monkeypatch):
+    """Chapter cells import the explorables package: editing any of its modules (the machinery, or one chapter's
+    figures, or a new one) re-executes the chapters."""
+    cache = ext("execution_cache")
+    monkeypatch.setattr(cache, "ROOT", tmp_path)
+    monkeypatch.setattr(cache, "DOCS", tmp_path / "docs")
+    package = tmp_path / "docs" / "_ext" / "explorables"
+    package.mkdir(parents=True)
+    for name in ("__init__", "widgets", "scaling"):
+        (package / f"{name}.py").write_text("x = 1\n")
+    seen = {cache.source_fingerprint()}
+    for name in ("widgets", "scaling"):
+        (package / f"{name}.py").write_text("x = 2\n")
+        seen.add(cache.source_fingerprint())
+    (package / "masks.py").write_text("x = 1\n")  # a new figure's module
+    seen.add(cache.source_fingerprint())
+    assert len(seen) == 4
 
 
 def test_the_execution_cache_follows_the_installed_frameworks(ext, monkeypatch):

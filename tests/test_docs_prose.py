@@ -1,4 +1,4 @@
-"""The built book states nothing its code does not produce, and shows readers no raw TeX and no file names.
+r"""The built book states nothing its code does not produce, and shows readers no raw TeX and no file names.
 
 Three checks over the pages of ``docs/_build/html`` (``make test`` builds it first; ``BOOK_SITE`` points them
 at another build), each with a self-test that breaks a copy of a real page and sees the check fail:
@@ -6,10 +6,14 @@ at another build), each with a self-test that breaks a copy of a real page and s
 * **Typed numbers.** Every number in a page's prose comes from executed code (a myst-nb ``glue``) or is
   listed once in ``docs/prose_numbers.toml`` with the cell or test that asserts it. "Prose" is the rendered
   text outside code cells and their outputs, glued values, heading and exercise numbering, and citations;
-  it includes captions, admonitions, tables, figure alt text, and math that is more than notation (any
-  literal with two or more digits or a decimal point, and any digit from 2 up standing right after a
-  relation: ``d_k = 8``, ``2^{-24}``, ``L = S = 65,536``; a bare ``0`` or ``1`` and exponents such as
-  ``n^2`` are notation). Spelled-out numbers from "four" up ("five decades", "hundreds of") count too, and
+  it includes captions, admonitions, tables, the alt text of every image (a glued figure's, a cell output's),
+  and math that is more than notation. In math a literal counts when it has two or more digits or a decimal
+  point, or when it is a value given to something: a digit standing right after a relation, or in a list
+  that follows one (``d_k = 8``, ``2^{-24}``, ``L = S = 65,536``, the ``5`` of ``d_k = 1, \dots, 5``). In
+  inline math, where the prose sets its parameters, that includes ``0`` and ``1`` when what they are given
+  to is a single symbol (``$d_k = 1$``, ``$\rho = 1$``); an identity such as ``\sum_j \alpha_j = 1`` and
+  display math's derivations ending in ``= 1`` stay notation, as do exponents such as ``n^2``. Spelled-out
+  numbers from "four" up ("five decades", "hundreds of") count too, and
   so do "twice" and "thrice"; "two", "three" and "half" are left out because English uses them for things
   that are not quantities ("the two faces", "half precision", "each half of the row"). Ordinals written with
   digits ("the 7th digit") count, and so does inline code in the prose (not code cells) when it holds a
@@ -65,7 +69,20 @@ _MULTIPLE_WORD = re.compile(r"\b(twice|thrice)\b", re.IGNORECASE)
 _CODE_LITERAL = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w.])")
 _CODE_EXPONENT = re.compile(r"(?:\*\*|\^)\s*-?\s*$")  # what precedes an exponent: "** -0.5"
 _ONE_LITERAL = re.compile(r"^[-+−]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?$")
-_RELATION = re.compile(r"(?:=|\\approx|<|>|\\le|\\ge|\\leq|\\geq|\\lt|\\gt|\\sim|\\ne|\\neq)\s*[-−]?\s*$")
+_RELATION_SIGN = r"(?:=|\\approx|<|>|\\le|\\ge|\\leq|\\geq|\\lt|\\gt|\\sim|\\ne|\\neq)"
+_RELATION = re.compile(_RELATION_SIGN + r"\s*[-−]?\s*$")
+# A relation followed by a list of values, up to the literal at the end: "d_k = 1, \dots, " before the 5.
+_LIST_AFTER_RELATION = re.compile(
+    _RELATION_SIGN + r"\s*[-−]?\s*(?:\d+(?:\.\d+)?\s*,\s*(?:\\[lc]?dots\s*,\s*)?)+[-−]?\s*$"
+)
+# What a value is given to, when it is a single symbol: "d_k", "\rho", "T", "\sigma_q", "s_{ij}" (not "e^0").
+_SYMBOL = re.compile(r"^(?:\\[A-Za-z]+|[A-Za-z])(?:_(?:\{[^{}]*\}|\\?\w))?$")
+# "=" and then values, up to the literal: a value given, not a condition ("T > 0") or an estimate ("J \approx 0").
+_GIVEN_EQUAL = re.compile(r"(?<![<>!\\])=\s*(?:[-−]?\s*\d+(?:\.\d+)?\s*,\s*(?:\\[lc]?dots\s*,\s*)?)*[-−]?\s*$")
+# What may follow a value standing alone: the end of the formula, a comma, a relation, a spacing command.
+_VALUE_END = re.compile(r"^\s*(?:$|\\\)|,|\.|;|=|\\quad|\\qquad|\\text)")
+_LEFT_SIDE = re.compile(r"(?:^|" + _RELATION_SIGN + r"|[,;(\[]|\\quad|\\qquad|\\text\{[^}]*\})\s*([^=<>,;(\[]*?)\s*"
+                        + _RELATION_SIGN + r"[^=<>]*$")
 # Numbering that refers to the book's own structure, typed or linked.
 _NUMBERING = re.compile(r"\b(?:Exercises?|Chapters?|Sections?|Figures?|Fig\.|Tables?|Equations?|Eq\.)\s+\d+(?:\.\d+)*")
 _LEADING_NUMBER = re.compile(r"^\s*\d+(?:\.\d+)*\.?\s")
@@ -139,7 +156,16 @@ def prose_numbers(html):
     """Every number in a page's prose that did not come from a glue, as `Number` records, in page order."""
     soup = _soup(html, article_only=True)
     article = soup.select_one("article.bd-article") or soup.body or soup
-    for element in article.select("div.cell, div.output, pre, span.pasted-text, span.pasted-inline, div.pasted-inline"):
+    # Alt text is prose a reader hears, wherever its image is: it takes the place of the image, or of the cell
+    # output or glued figure that holds it (which goes below).
+    not_prose = "div.cell, div.output, pre, span.pasted-text, span.pasted-inline, div.pasted-inline"
+    removed = {id(element) for element in article.select(not_prose)}
+    for img in article.select("img[alt]"):
+        holders = [parent for parent in img.parents if id(parent) in removed]
+        alt = soup.new_string(f" {img['alt'].strip().rstrip('.')}. ")
+        (holders[-1] if holders else img).insert_before(alt)
+        img.decompose()
+    for element in article.select(not_prose):
         element.decompose()
     found = []
     # Inline code left in the prose: literals beyond notation (as in math below), then out of the text.
@@ -163,20 +189,12 @@ def prose_numbers(html):
     # Math (and out of the text): TeX literals beyond notation.
     for math in article.select("span.math, div.math"):
         tex = " ".join(math.get_text().split())
-        for match in _MATH_LITERAL.finditer(tex):
-            literal = match.group()
-            digits = re.sub(r"\D", "", literal)
-            counts = len(digits) > 1 or "." in literal
-            counts = counts or (digits not in {"0", "1"} and _RELATION.search(tex[: match.start()]) is not None)
-            if counts:
-                found.append(Number(literal, tex))
+        found += [Number(literal, tex) for literal in math_data(tex, inline=math.name == "span")]
         math.replace_with(" ")
     # Numbering in headings and in links to other pages ("4. Why divide ...") is structure, not a result.
     for element in article.select("h1, h2, h3, h4, h5, h6, a.reference.internal, p.admonition-title"):
         for string in element.find_all(string=True, limit=1):
             string.replace_with(_LEADING_NUMBER.sub(" ", str(string)))
-    for img in article.select("img[alt]"):  # alt text is prose a reader hears
-        img.replace_with(f" {img['alt']}. ")
     text = " ".join(article.get_text(" ").split())
     text = _NUMBERING.sub(" ", text)
     hits = [*_PROSE_NUMBER.finditer(text), *_NUMBER_WORD.finditer(text), *_ORDINAL.finditer(text),
@@ -184,6 +202,24 @@ def prose_numbers(html):
     for match in sorted(hits, key=lambda m: m.start()):
         found.append(Number(match.group(), _sentence(text, match.start(), match.end())))
     return found
+
+
+def math_data(tex, inline=True):
+    """The literals of the formula `tex` that are data, not notation (the rule in the module docstring)."""
+    data = []
+    for match in _MATH_LITERAL.finditer(tex):
+        literal, before = match.group(), tex[: match.start()]
+        digits = re.sub(r"\D", "", literal)
+        given = _RELATION.search(before) is not None or _LIST_AFTER_RELATION.search(before) is not None
+        if len(digits) > 1 or "." in literal or (given and digits not in {"0", "1"}):
+            data.append(literal)
+        elif inline and _GIVEN_EQUAL.search(before) and _VALUE_END.match(tex[match.end():]):
+            # 0 or 1 set equal to a single symbol, as its whole value: "d_k = 1", "\rho = 1", "d_k = 1, \dots";
+            # not a condition ("T > 0"), an identity ("e^0 = 1") or a formula's start ("\tau = 1/\sqrt{E}").
+            left = _LEFT_SIDE.search(before.removeprefix("\\(").strip())
+            if left and _SYMBOL.match(left.group(1).strip()):
+                data.append(literal)
+    return data
 
 
 def _allowed():
@@ -358,6 +394,25 @@ def test_selftest_a_typed_number_is_caught():
     assert "The largest error was 0.0042 in float32." in unexplained[-1].context
     in_math = html.replace("</article>", r'<p><span class="math">\(d_k = 1024\)</span></p></article>', 1)
     assert any(found.number == "1024" and "d_k = 1024" in found.context for found in prose_numbers(in_math))
+    # Data in math: a value given to a symbol (0 and 1 too, inline), a list after a relation; not an identity.
+    for tex, numbers in [
+        (r"\(d_k = 1\)", ["1"]),
+        (r"\(\rho = 1\)", ["1"]),
+        (r"\(d_k = 1, \dots, 5\)", ["1", "5"]),
+        (r"\(\sum_j \alpha_j = 1\)", []),
+        (r"\(\mathcal{N}(0, \rho^2)\)", []),
+    ]:
+        typed = html.replace("</article>", f'<p>With <span class="math">{tex}</span> here.</p></article>', 1)
+        found = [f for f in prose_numbers(typed) if f.context == tex]
+        assert [f.number for f in found] == numbers, (tex, found)
+    derivation = html.replace("</article>", r'<div class="math">\[\mathbb{E}[q] = 0 = 1 - 1\]</div></article>', 1)
+    assert prose_numbers(derivation) == prose_numbers(html)  # display math's 0 and 1 are notation
+    # Alt text, wherever its image is: a cell's output as well as a glued figure.
+    for holder in ('<div class="cell"><div class="cell_output">{}</div></div>', "<figure>{}</figure>"):
+        img = '<img src="x.png" alt="Bars of the weights of 32 keys, head size 64">'
+        typed = html.replace("</article>", holder.format(img) + "</article>", 1)
+        found = [f.number for f in prose_numbers(typed) if "head size 64" in f.context]
+        assert found == ["32", "64"], (holder, found)
     spelled = html.replace("</article>", "<p>It fell over five decades.</p></article>", 1)
     assert "five" in [found.number for found in prose_numbers(spelled)]
     # The gaps closed: ordinals, multiples, and literals in inline code.

@@ -1,4 +1,5 @@
-"""The explorable figures (docs/_ext/explorables.py, docs/_static/explorables.js).
+"""The explorable figures (docs/_ext/explorables/: the machinery in ``widgets``, one module per page's figures;
+docs/_static/explorables.js).
 
 Without a browser: each figure's table of states holds, for every setting of its controls, what attention_ref
 gives for that setting (recomputed here from the definitions: scores, additive 0 / -inf, softmax), and a
@@ -29,7 +30,21 @@ MINUS_INF = "\u2212\u221e"
 
 @pytest.fixture(scope="module")
 def ex():
+    """The package, as the chapters and notebook_download import it."""
     return ext_module("explorables", "matplotlib")
+
+
+def _submodule(name):
+    """A fixture: the package's module `name` (``widgets``, or one page's figures)."""
+
+    @pytest.fixture(scope="module", name=name)
+    def module(ex):
+        return getattr(ex, name)
+
+    return module
+
+
+widgets, scaling, masks, windows, lookup = map(_submodule, ["widgets", "scaling", "masks", "windows", "lookup"])
 
 
 def _data(explorable):
@@ -49,9 +64,9 @@ def _formatted(weights):
     return [["0" if w == 0 else f"{w:.2f}" for w in row] for row in np.atleast_2d(weights)]
 
 
-def _expected_masks(ex, n_queries, causal, alignment, window, length=6):
+def _expected_masks(masks, n_queries, causal, alignment, window, length=6):
     """Additive mask and weights of one setting, from the definitions (not from the figure's own code)."""
-    q, k, _ = ex.mask_problem()
+    q, k, _ = masks.mask_problem()
     n_keys = k.shape[0]
     rows, cols = np.arange(n_queries)[:, None], np.arange(n_keys)[None, :]
     position = rows + (n_keys - n_queries if alignment == "bottom-right" else 0)  # p_i
@@ -67,9 +82,9 @@ def _expected_masks(ex, n_queries, causal, alignment, window, length=6):
     return [["0" if ok else MINUS_INF for ok in row] for row in allowed], _formatted(weights), allowed
 
 
-def _expected_inspector(ex, causal, length, pad_queries):
+def _expected_inspector(masks, causal, length, pad_queries):
     """Chapter 5's inspector, one setting: additive mask, weights with each row's sum, and the allowed pairs."""
-    q, k, _ = ex.mask_problem()
+    q, k, _ = masks.mask_problem()
     n = k.shape[0]
     i, j = np.arange(n)[:, None], np.arange(n)[None, :]
     allowed = (j < length) & (i >= 0)
@@ -88,70 +103,96 @@ def _expected_inspector(ex, causal, length, pad_queries):
 # -- The tables of states ------------------------------------------------------------------------------------
 
 
-def test_each_figure_is_html_and_a_still_png_with_alt_text(ex):
+def test_each_figure_is_html_and_a_still_png_with_alt_text(widgets, scaling, masks, windows, lookup):
     q = np.eye(3)
-    figures = [ex.scaling_selector(), ex.mask_inspector(), ex.padding_batch(),
-               ex.lookup_terms(q, q[:, :2], "abc", q, "xyz"), ex.alignment_inspector()]
+    figures = [scaling.scaling_selector(), masks.mask_inspector(), masks.padding_batch(),
+               lookup.lookup_terms(q, q[:, :2], "abc", q, "xyz"), windows.alignment_inspector()]
     for figure in figures:
         data, metadata = figure._repr_mimebundle_()
         assert data["text/html"].startswith('<figure class="explorable"')
         assert base64.b64decode(data["image/png"]).startswith(b"\x89PNG\r\n\x1a\n")
-        assert len(metadata[ex.METADATA_KEY]["alt"]) > 80
+        assert len(metadata[widgets.METADATA_KEY]["alt"]) > 80
         table = _data(figure)
         assert table["default"] in table["states"]
         # Every key is one value per control, in the order the script joins them.
         assert all(len(key.split("|")) == len(table["order"]) for key in table["states"])
-    assert len(_data(figures[0])["states"]) == len(ex.SCALING_HEAD_SIZES) == 3
+    assert len(_data(figures[0])["states"]) == len(scaling.SCALING_HEAD_SIZES) == 3
     assert len(_data(figures[1])["states"]) == 2 * 4 * 2  # causal, real tokens, padding queries masked
     assert len(_data(figures[4])["states"]) == 2 * 2 * 2 * 3  # queries, causal, alignment, window
 
 
-def _scaling_expected(ex, d_k):
+def test_the_machinery_is_one_module_and_each_pages_figures_another(ex, widgets, scaling, masks, windows, lookup):
+    """widgets alone writes the script's JSON, the Sphinx hook and the notebook side; a figure module builds from
+    its pieces, so a new figure touches neither widgets nor the package's __init__."""
+    folder = Path(widgets.__file__).parent
+    figure_modules = sorted(p.stem for p in folder.glob("*.py") if p.stem not in {"__init__", "widgets"})
+    assert figure_modules == ["lookup", "masks", "scaling", "windows"]
+    machinery = Path(widgets.__file__).read_text()
+    for name in figure_modules:
+        source = (folder / f"{name}.py").read_text()
+        assert "from . import widgets" in source, name
+        for piece in ("<script", "json.dumps", "def setup", "add_js_file", "<figure", "<option"):
+            assert piece not in source, (name, piece)
+        assert f"{name}." not in machinery and f".{name} " not in machinery, name
+    # The names the chapters import from the package are the figure modules' own.
+    assert ex.scaling_selector is scaling.scaling_selector and ex.lookup_terms is lookup.lookup_terms
+    assert ex.mask_inspector is masks.mask_inspector and ex.padding_batch is masks.padding_batch
+    assert ex.alignment_inspector is windows.alignment_inspector and ex.setup is widgets.setup
+    assert ex.still_figures is widgets.still_figures
+
+
+def _scaling_expected(scaling, d_k):
     """Scores and weights of one head size, from the definitions: divisor 1 and divisor sqrt(d_k)."""
-    q, k, _ = ex.scaling_row(d_k)
+    q, k, _ = scaling.scaling_row(d_k)
     raw = (q @ k.T)[0]
     return raw, ar.softmax(raw), ar.softmax(raw / np.sqrt(d_k))
 
 
-def test_scaling_states_are_the_softmax_of_the_row_with_and_without_the_divisor(ex):
-    table = _data(ex.scaling_selector())
-    assert ex.SCALING_KEYS == 32 and ex.SCALING_DEFAULT == 64  # the page's S and d_k
+def _bar_texts(weights):
+    """Bars as the figures write them: length in percent of the full width, and the weight beside it."""
+    return [[round(100 * float(w), 1), text] for w, text in zip(weights, _formatted(weights)[0], strict=True)]
+
+
+def test_scaling_states_are_the_softmax_of_the_row_with_and_without_the_divisor(scaling):
+    table = _data(scaling.scaling_selector())
+    assert scaling.SCALING_KEYS == 32 and scaling.SCALING_DEFAULT == 64  # the page's S and d_k
     assert table["default"] == "64" and table["order"] == ["dk"]
     sharpest = []
-    for d_k in ex.SCALING_HEAD_SIZES:
+    for d_k in scaling.SCALING_HEAD_SIZES:
         state = table["states"][str(d_k)]
-        raw, unscaled, scaled = _scaling_expected(ex, d_k)
-        grid = state["grids"]["row"]
-        assert len(grid) == 32
-        # Both score columns with the same number of decimals.
-        assert [row[0][0] for row in grid] == [f"{x:.2f}" for x in raw]
-        assert [row[2][0] for row in grid] == [f"{x / np.sqrt(d_k):.2f}" for x in raw]
-        assert [row[1][0] for row in grid] == _formatted(unscaled)[0]
-        assert [row[3][0] for row in grid] == _formatted(scaled)[0]
+        raw, unscaled, scaled = _scaling_expected(scaling, d_k)
+        # Two columns of bars: the weights with divisor 1, and with divisor sqrt(d_k).
+        assert state["bars"]["raw"] == _bar_texts(unscaled)
+        assert state["bars"]["scaled"] == _bar_texts(scaled)
+        assert len(state["bars"]["raw"]) == len(state["bars"]["scaled"]) == 32
         assert state["text"]["max-raw"] == f"{unscaled.max():.2f}"
         assert state["text"]["max-scaled"] == f"{scaled.max():.2f}"
+        assert state["text"]["sd"] == f"{raw.std():.1f}"
         assert state["status"].startswith(f"d\u2096 = {d_k}:")
         sharpest.append(unscaled.max())
     assert sharpest == sorted(sharpest) and sharpest[-1] > 0.99  # what the figure is for
-    # The default state is the row of the page's opening figure: the seed's generator at d_k = 64 draws q, then k.
-    pic = np.random.default_rng(ex.SCALING_SEED)
+    # The default state is the row the page describes: the seed's generator at d_k = 64 draws q, then k.
+    pic = np.random.default_rng(scaling.SCALING_SEED)
     q_pic, k_pic = pic.standard_normal(64), pic.standard_normal((32, 64))
-    np.testing.assert_array_equal(q_pic[None], ex.scaling_row(64)[0])
-    np.testing.assert_array_equal(k_pic, ex.scaling_row(64)[1])
+    np.testing.assert_array_equal(q_pic[None], scaling.scaling_row(64)[0])
+    np.testing.assert_array_equal(k_pic, scaling.scaling_row(64)[1])
+    # Bars, not a table of 32 rows to scan.
+    html = scaling.scaling_selector()._repr_mimebundle_()[0]["text/html"]
+    assert "data-grid" not in html and html.count('data-bars="raw"') == html.count('data-bars="scaled"') == 1
 
 
-def test_scaling_labels_are_typeset_and_never_call_the_divisor_tau(ex):
-    html = ex.scaling_selector()._repr_mimebundle_()[0]["text/html"]
+def test_scaling_labels_are_typeset_and_never_call_the_divisor_tau(scaling):
+    html = scaling.scaling_selector()._repr_mimebundle_()[0]["text/html"]
     assert "d_k" not in html and "sqrt" not in html and "\u03c4" not in html
     assert "\u221ad\u2096" in html and "no scaling" in html
 
 
-def test_mask_states_are_the_masks_and_weights_of_each_setting(ex):
-    table = _data(ex.mask_inspector())
+def test_mask_states_are_the_masks_and_weights_of_each_setting(masks):
+    table = _data(masks.mask_inspector())
     blind = 0
-    for causal, length, pad_queries in itertools.product((1, 0), ex.MASK_LENGTHS, (0, 1)):
+    for causal, length, pad_queries in itertools.product((1, 0), masks.MASK_LENGTHS, (0, 1)):
         state = table["states"][f"{causal}|{length}|{pad_queries}"]
-        additive, weights, allowed = _expected_inspector(ex, causal, length, pad_queries)
+        additive, weights, allowed = _expected_inspector(masks, causal, length, pad_queries)
         assert _texts(state["grids"]["additive"]) == additive
         assert _texts(state["grids"]["weights"]) == weights
         for i, row in enumerate(allowed):
@@ -165,12 +206,12 @@ def test_mask_states_are_the_masks_and_weights_of_each_setting(ex):
     assert blind == 2 * 3  # padding queries masked, with some padding: a row with no allowed key
 
 
-def test_alignment_states_are_the_masks_and_weights_of_each_setting(ex):
-    table = _data(ex.alignment_inspector())
-    settings = itertools.product((6, 3), (1, 0), ex.ALIGNMENTS, ex.MASK_WINDOWS)
+def test_alignment_states_are_the_masks_and_weights_of_each_setting(masks, windows):
+    table = _data(windows.alignment_inspector())
+    settings = itertools.product((6, 3), (1, 0), windows.ALIGNMENTS, windows.MASK_WINDOWS)
     for n_queries, causal, alignment, window in settings:
         state = table["states"][f"{n_queries}|{causal}|{alignment}|{window}"]
-        additive, weights, allowed = _expected_masks(ex, n_queries, causal, alignment, window)
+        additive, weights, allowed = _expected_masks(masks, n_queries, causal, alignment, window)
         assert _texts(state["grids"]["additive"]) == additive
         assert _texts(state["grids"]["weights"]) == weights
         assert all(allowed.any(axis=1))  # no padding here: every query keeps a key
@@ -179,9 +220,9 @@ def test_alignment_states_are_the_masks_and_weights_of_each_setting(ex):
     assert table["states"]["3|1|top-left|none"]["grids"]["additive"][-1][-1][0] == MINUS_INF
 
 
-def test_padding_states_add_the_mask_and_multiply_it(ex):
-    table = _data(ex.padding_batch())
-    q, k, _, mask = ex.padding_problem()
+def test_padding_states_add_the_mask_and_multiply_it(masks):
+    table = _data(masks.padding_batch())
+    q, k, _, mask = masks.padding_problem()
     scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
     added = ar.softmax(np.where(mask, scores, -np.inf))
     multiplied = ar.softmax(scores * mask)
@@ -189,7 +230,7 @@ def test_padding_states_add_the_mask_and_multiply_it(ex):
         state = table["states"][str(b)]
         assert _texts(state["grids"]["added"]) == _formatted(added[b])
         assert _texts(state["grids"]["multiplied"]) == _formatted(multiplied[b])
-    n = len(ex.BATCH[1])
+    n = len(masks.BATCH[1])
     assert np.all(added[1][:, n:] == 0) and np.all(multiplied[1][:, n:] > 0.05)  # what the figure is for
 
 
@@ -207,9 +248,9 @@ def _lookup_expected(keys, values, q, temperature):
     return rows, vec(weights @ values), weights
 
 
-def test_lookup_states_are_each_term_and_their_sum(ex, rng):
+def test_lookup_states_are_each_term_and_their_sum(lookup, rng):
     keys, values, queries = rng.standard_normal((5, 3)), rng.standard_normal((5, 2)), rng.standard_normal((3, 3))
-    table = _data(ex.lookup_terms(keys, values, list("vwxyz"), queries, ["a", "b", "c"], temperatures=(2.0, 0.5)))
+    table = _data(lookup.lookup_terms(keys, values, list("vwxyz"), queries, ["a", "b", "c"], temperatures=(2.0, 0.5)))
     assert table["order"] == ["query", "temperature"] and len(table["states"]) == 3 * 2
     for a, b in itertools.product(range(3), range(2)):
         state = table["states"][f"{a}|{b}"]
@@ -220,16 +261,16 @@ def test_lookup_states_are_each_term_and_their_sum(ex, rng):
     assert table["inputs"] == {"keys": keys.tolist(), "values": values.tolist(), "queries": queries.tolist(),
                                "temperatures": [2.0, 0.5]}
     # Labels are typeset: the symbols of the columns are HTML, not raw text.
-    page = ex.lookup_terms(keys, values, list("vwxyz"), queries, "abc")._repr_mimebundle_()[0]["text/html"]
+    page = lookup.lookup_terms(keys, values, list("vwxyz"), queries, "abc")._repr_mimebundle_()[0]["text/html"]
     assert "<i>\u03b1</i><sub><i>j</i></sub>" in page and "s_j" not in page and "alpha" not in page
 
 
-def test_the_json_cannot_close_its_script_element(ex):
-    assert ex._json({"a": "</script><script>alert(1)</script>"}).count("</") == 0
+def test_the_json_cannot_close_its_script_element(widgets):
+    assert widgets.to_json({"a": "</script><script>alert(1)</script>"}).count("</") == 0
 
 
-def test_a_downloaded_notebook_shows_the_still_image_instead_of_the_cell(ex):
-    bundle, metadata = ex.padding_batch()._repr_mimebundle_()
+def test_a_downloaded_notebook_shows_the_still_image_instead_of_the_cell(ex, masks, widgets):
+    bundle, metadata = masks.padding_batch()._repr_mimebundle_()
     cell = {"cell_type": "code", "id": "x", "metadata": {"tags": ["remove-input", "explorable"]},
             "source": "from explorables import padding_batch\npadding_batch()",
             "outputs": [{"output_type": "execute_result", "data": bundle, "metadata": metadata}]}
@@ -238,7 +279,7 @@ def test_a_downloaded_notebook_shows_the_still_image_instead_of_the_cell(ex):
     still, kept = notebook["cells"]
     assert kept is other
     assert still["cell_type"] == "markdown" and "import" not in still["source"]
-    alt = metadata[ex.METADATA_KEY]["alt"].replace("[", "(").replace("]", ")")
+    alt = metadata[widgets.METADATA_KEY]["alt"].replace("[", "(").replace("]", ")")
     assert still["source"] == f"![{alt}](data:image/png;base64,{bundle['image/png']})"
     with pytest.raises(ValueError, match="no still image"):
         ex.still_figures({"cells": [{**cell, "outputs": []}]})
@@ -280,20 +321,21 @@ def _shown(figure):
 
 
 @pytest.mark.browser
-def test_scaling_selector_in_the_page(ex, chapter_page):
+def test_scaling_selector_in_the_page(scaling, chapter_page):
     seen = chapter_page("chapters/04_scaling.html")
     figure = seen.page.locator("#explorable-scaling")
     select = figure.get_by_label("Head size d\u2096")
     assert select.input_value() == "64"
     statuses = set()
-    for d_k in (*ex.SCALING_HEAD_SIZES, 64):
+    for d_k in (*scaling.SCALING_HEAD_SIZES, 64):
         select.select_option(str(d_k))
-        raw, unscaled, scaled = _scaling_expected(ex, d_k)
-        grid = _shown(figure)["grids"]["row"]
-        assert [row[0] for row in grid] == [f"{x:.2f}" for x in raw]
-        assert [row[1] for row in grid] == _formatted(unscaled)[0]
-        assert [row[3] for row in grid] == _formatted(scaled)[0]
-        status = _shown(figure)["slots"]["status"]
+        _, unscaled, scaled = _scaling_expected(scaling, d_k)
+        shown = _shown(figure)
+        assert shown["bars"]["raw"] == _formatted(unscaled)[0]
+        assert shown["bars"]["scaled"] == _formatted(scaled)[0]
+        widths = figure.evaluate("f => [...f.querySelectorAll('[data-bars=\"raw\"] .ex-bar')].map(b => b.style.width)")
+        assert widths == [f"{round(100 * float(w), 1):g}%" for w in unscaled]
+        status = shown["slots"]["status"]
         assert status.startswith(f"d\u2096 = {d_k}:")
         statuses.add(status)
     assert len(statuses) == 3
@@ -307,22 +349,22 @@ def test_scaling_selector_in_the_page(ex, chapter_page):
 
 
 @pytest.mark.browser
-def test_mask_inspector_in_the_page(ex, chapter_page):
+def test_mask_inspector_in_the_page(masks, chapter_page):
     seen = chapter_page("chapters/05_masks.html")
     page = seen.page
     figure = page.locator("#explorable-masks")
     causal, length = figure.get_by_label("Causal", exact=True), figure.get_by_label("Real tokens")
     pad_queries = figure.get_by_label("Mask the [pad] queries too")
     statuses = set()
-    for is_causal, n, padq in itertools.product((1, 0), ex.MASK_LENGTHS, (0, 1)):
+    for is_causal, n, padq in itertools.product((1, 0), masks.MASK_LENGTHS, (0, 1)):
         causal.set_checked(bool(is_causal))
         length.select_option(str(n))
         pad_queries.set_checked(bool(padq))
         shown = _shown(figure)
-        additive, weights, allowed = _expected_inspector(ex, is_causal, n, padq)
+        additive, weights, allowed = _expected_inspector(masks, is_causal, n, padq)
         assert shown["grids"]["additive"] == additive, (is_causal, n, padq)
         assert shown["grids"]["weights"] == weights, (is_causal, n, padq)
-        keys = [t if j < n else "[pad]" for j, t in enumerate(ex.MASK_TOKENS)]
+        keys = [t if j < n else "[pad]" for j, t in enumerate(masks.MASK_TOKENS)]
         for i, row in enumerate(allowed):
             seen_keys = [keys[j] for j in np.flatnonzero(row)]
             tail = ", ".join(seen_keys) + "." if seen_keys else "no key: its weights and output are all zero."
@@ -340,24 +382,24 @@ def test_mask_inspector_in_the_page(ex, chapter_page):
 
 
 @pytest.mark.browser
-def test_alignment_inspector_in_the_page(ex, chapter_page):
+def test_alignment_inspector_in_the_page(masks, windows, chapter_page):
     seen = chapter_page("chapters/windows_sinks_caches.html")
     page = seen.page
     figure = page.locator("#explorable-alignment")
     queries, causal = figure.get_by_label("Queries"), figure.get_by_label("Causal", exact=True)
     alignment, window = figure.get_by_label("Causal alignment"), figure.get_by_label("Window")
     statuses = set()
-    for n_queries, is_causal, align, w in itertools.product((6, 3), (1, 0), ex.ALIGNMENTS, ex.MASK_WINDOWS):
+    for n_queries, is_causal, align, w in itertools.product((6, 3), (1, 0), windows.ALIGNMENTS, windows.MASK_WINDOWS):
         queries.select_option(str(n_queries))
         causal.set_checked(bool(is_causal))
         alignment.select_option(align)
         window.select_option(w)
         shown = _shown(figure)
-        additive, weights, allowed = _expected_masks(ex, n_queries, is_causal, align, w)
+        additive, weights, allowed = _expected_masks(masks, n_queries, is_causal, align, w)
         assert shown["grids"]["additive"] == additive, (n_queries, is_causal, align, w)
         assert shown["grids"]["weights"] == weights, (n_queries, is_causal, align, w)
         for i, row in enumerate(allowed):
-            tail = ", ".join(ex.MASK_TOKENS[j] for j in np.flatnonzero(row)) + "."
+            tail = ", ".join(masks.MASK_TOKENS[j] for j in np.flatnonzero(row)) + "."
             assert shown["slots"][f"sees{i}"].endswith(tail)
         assert [shown["slots"][f"sees{i}"] for i in range(n_queries, 6)] == [None] * (6 - n_queries)
         statuses.add(shown["slots"]["status"])
@@ -366,10 +408,10 @@ def test_alignment_inspector_in_the_page(ex, chapter_page):
 
 
 @pytest.mark.browser
-def test_padding_batch_in_the_page(ex, chapter_page):
+def test_padding_batch_in_the_page(masks, chapter_page):
     seen = chapter_page("chapters/05_masks.html")
     figure = seen.page.locator("#explorable-padding")
-    q, k, _, mask = ex.padding_problem()
+    q, k, _, mask = masks.padding_problem()
     scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
     for b in (0, 1):  # the default is sentence 2 (index 1): a change each time
         figure.get_by_label("Sentence").select_option(str(b))

@@ -31,12 +31,34 @@ UP, DOWN = "up", "down"
 def format_outward(value, spec: str, direction: str) -> str:
     """``format(value, spec)``, with the last shown digit rounded up (`UP`) or down (`DOWN`), never to nearest.
 
+    Up is towards +inf and down towards -inf, whatever the sign: an upper bound on a negative value moves
+    towards zero, a lower bound away from it. A bound that rounds to zero prints as ``0``, never ``-0``.
+
     >>> format_outward(0.1336, ".2f", "up"), format_outward(0.1336, ".2f", "down")
     ('0.14', '0.13')
-    >>> format_outward(3.3e-16, ".0e", "up"), format_outward(0.0131, ".1%", "up")
-    ('4e-16', '1.4%')
-    >>> format_outward(2.0, ".1f", "up"), format_outward(99.96, ".1f", "up")
-    ('2.0', '100.0')
+    >>> format_outward(-0.1336, ".2f", "up"), format_outward(-0.1336, ".2f", "down")
+    ('-0.13', '-0.14')
+    >>> format_outward(3.3e-16, ".0e", "up"), format_outward(-3.3e-16, ".0e", "up")
+    ('4e-16', '-3e-16')
+    >>> format_outward(-1234.5, ".3g", "up"), format_outward(-1234.5, ".3g", "down")
+    ('-1.23e+03', '-1.24e+03')
+    >>> format_outward(-0.004, ".2f", "up"), format_outward(-0.004, ".2f", "down")
+    ('0.00', '-0.01')
+
+    Percents round the same way, in the shown percent's last digit (to nearest, 0.0131 would show 1.3% and
+    0.0136 would show 1.4%):
+
+    >>> format_outward(0.0131, ".1%", "up"), format_outward(0.0136, ".1%", "down")
+    ('1.4%', '1.3%')
+    >>> format_outward(-0.0131, ".1%", "up"), format_outward(-0.0131, ".1%", "down")
+    ('-1.3%', '-1.4%')
+    >>> format_outward(0.25, ".0%", "up"), format_outward(-0.00001, ".0%", "up")
+    ('25%', '0%')
+
+    A value the format shows exactly, and an integer, print unchanged:
+
+    >>> format_outward(2.0, ".1f", "up"), format_outward(99.96, ".1f", "up"), format_outward(-7, ".2f", "down")
+    ('2.0', '100.0', '-7.00')
     """
     if direction not in (UP, DOWN):
         raise ValueError(f"direction must be {UP!r} or {DOWN!r}, not {direction!r}")
@@ -62,6 +84,8 @@ def format_outward(value, spec: str, direction: str) -> str:
             return format(value, spec)
         quantum = Decimal(1).scaleb(scaled.adjusted() - digits + 1)
     rounded = scaled.quantize(quantum, rounding=rounding)
+    if rounded.is_zero():
+        rounded = abs(rounded)  # "-0.00" is no bound a reader can use: its sign is the float's, not the value's
     if kind == "%":
         rounded = rounded / 100
     # Back to a float so the text is Python's own (``1e-05``, not decimal's ``1e-5``): the float nearest to a

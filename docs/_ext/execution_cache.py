@@ -3,7 +3,7 @@
 Corrects: jupyter-cache (via MyST-NB's ``nb_execution_mode = "cache"``) keys an executed notebook on the
 notebook's own text only, so editing ``attention_ref`` would leave every chapter showing outputs of the old
 code. This extension points ``nb_execution_cache_path`` at ``<doctreedir>/jupyter_cache/<fingerprint>``, where
-the fingerprint hashes the package source, the figure style, the explorable figures' module (``explorables``,
+the fingerprint hashes the package source, the figure style, the explorable figures' package (``explorables``,
 which chapter cells import), the benchmark record the Performance chapter reads, and the frameworks record
 with the names and versions of the optional frameworks installed (the frameworks page runs live with them and
 from the record without). Because ``nb_execution_cache_path`` is an
@@ -63,7 +63,7 @@ def source_fingerprint() -> str:
         DOCS / "chapters" / "matplotlibrc",
         ROOT / "benchmarks" / "results.json",  # read by the Performance chapter
         DOCS / "chapters" / "frameworks_record.json",  # read without torch and JAX (attention_ref.records)
-        DOCS / "_ext" / "explorables.py",  # the explorable figures the chapters' cells compute
+        *sorted((DOCS / "_ext" / "explorables").glob("*.py")),  # the explorable figures the chapters' cells compute
     ])
     return hashlib.sha256(f"{files} {' '.join(installed_frameworks())}".encode()).hexdigest()[:16]
 

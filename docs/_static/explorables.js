@@ -1,4 +1,4 @@
-/* Explorable figures (docs/_ext/explorables.py): show the state the controls select.
+/* Explorable figures (docs/_ext/explorables/, its widgets module): show the state the controls select.
  *
  * Each <figure class="explorable"> carries a JSON table of every state, computed by attention_ref when the
  * book was built. This script computes nothing: it reads the controls, joins their values into the state's
