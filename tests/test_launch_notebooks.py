@@ -209,7 +209,7 @@ def test_they_show_every_figure_the_page_shows(launch):
     for page in launch.sources():
         html = (_site() / f"{page}.html").read_text()
         article = html[html.index("<article"):html.index("</article>")]
-        # An explorable figure (docs/_ext/explorables.py) is interactive on the page and its still image in the
+        # An explorable figure (docs/_ext/explorables/) is interactive on the page and its still image in the
         # notebook.
         shown = len(re.findall(r"<img\b", article)) + article.count("tag_explorable")
         cells = json.loads((launch.TARGET / f"{page}.ipynb").read_text())["cells"]

@@ -94,7 +94,7 @@ class _Collect(HTMLParser):
         elif tag == "figure" and "explorable" in classes:
             kind = "explorable"
         elif tag == "figcaption" and any(k == "explorable" for _, k, _ in self._stack):
-            # An explorable figure (docs/_ext/explorables.py) is its still image in print, titled inside the image.
+            # An explorable figure (docs/_ext/explorables/) is its still image in print, titled inside the image.
             kind = "explorable caption"
         elif tag == "figcaption":
             kind = "caption"
