@@ -8,8 +8,9 @@ with the options that change how the reference and the baseline are computed (ma
 ALiBi, sinks, dropout masks, grouped heads, fp8 descales, FlexAttention mods and block masks) and with shapes
 whose query rows, keys and heads take several tiles. The record, ``tests/data/testing_reports.json``, was
 written by the checkers as they were before they computed by tiles (issue 42); a rewrite of how the
-checkers compute must leave every message as it was. ``python tests/test_testing_reports.py --write``
-rewrites the record (only for a deliberate change of the reports, reviewed as such).
+checkers compute must leave every message as it was. ``python tests/test_testing_reports.py --write COMMIT``,
+with PYTHONPATH a copy of that commit's ``attention_ref``, rewrites the record (only for a deliberate change
+of the reports).
 """
 
 import json
@@ -262,6 +263,34 @@ def grads_scalar_sink():  # dsinks of a scalar sink: "the one element"
     assert_attention_grads_close(wrong, q, k, v, dout, sinks=0.5)
 
 
+def grads_dbias(shared):
+    rng = np.random.default_rng(36)
+    q, k, v, dout = rng.standard_normal((4, 2, 2, 70, 16)).astype(np.float16)
+    bias = rng.standard_normal((70, 70) if shared else (2, 2, 70, 70)).astype(np.float16)
+    got = list(grads(q, k, v, dout, np.float16, bias=bias, is_causal=True))
+    got[3] = got[3].copy()
+    got[3][..., 50:52, 10] += np.float16(0.1)
+    assert_attention_grads_close(got[:4], q, k, v, dout, bias=bias, is_causal=True)
+
+
+def grads_threaded_size():  # enough work for the checkers' threads
+    rng = np.random.default_rng(37)
+    q, k, v, dout = rng.standard_normal((4, 2, 4, 384, 32)).astype(np.float16)
+    got = list(grads(q, k, v, dout, np.float16, is_causal=True))
+    got[2] = got[2].copy()
+    got[2][1, 2, 100:104] += np.float16(0.02)
+    assert_attention_grads_close(got[:3], q, k, v, dout, is_causal=True)
+
+
+def output_nonfinite_input():
+    q, k, v = qkv(16, np.float16, L=64, S=64)
+    q[0, 1, 5, 3] = np.nan
+    v[1, 2, 7, 0] = np.inf
+    out = sdpa(q, k, v, np.float16)
+    out[1, 0, 3] = 0
+    assert_attention_close(out, q, k, v)
+
+
 def paged_nhd_wrong_length():
     rng = np.random.default_rng(40)
     k_pages, v_pages = rng.standard_normal((2, 9, 16, 2, 32)).astype(np.float16)  # NHD pools
@@ -297,6 +326,10 @@ CASES = {
         grads_dropout_mask_and_alibi_float32, grads_flex,
         paged_nhd_wrong_length, paged_fp8_packed)},
     **{f"grads_empty_rows_{c}": (lambda c=c: grads_empty_rows(c)) for c in ("zeros", "mean", "nan", "any")},
+    "grads_dbias_shared": lambda: grads_dbias(True),
+    "grads_dbias_per_head": lambda: grads_dbias(False),
+    "grads_threaded_size": grads_threaded_size,
+    "output_nonfinite_input": output_nonfinite_input,
 }
 
 
@@ -326,12 +359,10 @@ def test_record_covers_every_case_and_every_report_line():
         assert line in text, line
 
 
-if __name__ == "__main__" and sys.argv[1:] == ["--write"]:
-    import subprocess
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=RECORD.parent).stdout.strip()
-    header = (f"Written by `python tests/test_testing_reports.py --write` with the checkers of commit {commit}, "
-              "before they computed by tiles (issue 42): each case's AssertionError message, which the tiled "
-              "checkers must reproduce exactly.")
+if __name__ == "__main__" and sys.argv[1:2] == ["--write"] and len(sys.argv) == 3:
+    # python tests/test_testing_reports.py --write COMMIT, with PYTHONPATH a copy of COMMIT's attention_ref
+    header = (f"Written by `PYTHONPATH=<attention_ref of commit {sys.argv[2]}> python tests/test_testing_reports.py "
+              f"--write {sys.argv[2]}`: the checkers of commit {sys.argv[2]}, before they computed by tiles "
+              "(issue 42). Each case's AssertionError message, which the tiled checkers must reproduce exactly.")
     RECORD.write_text(json.dumps({"header": header, "messages": {c: message(c) for c in sorted(CASES)}},
                                  indent=1) + "\n")

@@ -61,7 +61,7 @@ def plan_threads(p, itemsize: int) -> int:
             f"and baseline needs about {unit / 2**30:.3g} GiB at once (the (L, S) scores and weights), more than "
             f"half of this machine's {machine_memory() / 2**30:.3g} GiB; check shorter sequences"
         )
-    return max(1, min(n_threads(), int(budget // unit)))
+    return max(1, min(n_threads(), int(budget // max(unit, 1))))
 
 
 def unit_problem(p, idx):
