@@ -101,17 +101,18 @@ def check(name: str, a: dict) -> None:
                                      causal_alignment="bottom-right", **options)
 
 
-def child(path: str, name: str, repeats: int) -> None:
-    """In a fresh process: warm up, time checker `name` on the saved problem, and print seconds and peak bytes."""
-    import ml_dtypes  # noqa: F401  (np.load needs the bfloat16 type registered)
+def child(folder: str, name: str, repeats: int) -> None:
+    """In a fresh process: warm up, time checker `name` on the saved problem, and print seconds and peak bytes.
 
-    with np.load(path, allow_pickle=False) as saved:
-        a = {key: saved[key] for key in saved.files}
-    for key in ("q", "k", "v", "dout", "out", "dq", "dk", "dv", "k_pages", "v_pages"):
-        if a[key].dtype == np.uint16:  # bfloat16, saved as its bits
-            a[key] = a[key].view(as_dtype("bfloat16"))
+    The peak is the process's largest resident size during the checks less its resident size before them
+    (the inputs read from .npy files, which arrive without a second copy)."""
+    a = {}
+    for path in sorted(Path(folder).glob("*.npy")):
+        a[path.stem] = np.load(path)
+        if a[path.stem].dtype == np.uint16:  # bfloat16, saved as its bits
+            a[path.stem] = a[path.stem].view(as_dtype("bfloat16"))
     check(name, inputs(SHAPES["tiny"], "bfloat16", True, False, seed=1))  # the warm-up call
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    before = resident_bytes()
     best = np.inf
     for _ in range(repeats):
         start = time.perf_counter()
@@ -121,13 +122,21 @@ def child(path: str, name: str, repeats: int) -> None:
     print(json.dumps({"seconds": best, "peak_bytes": max(0, peak)}))
 
 
+def resident_bytes() -> int:
+    """The process's resident memory now (Linux), else its largest so far."""
+    try:
+        return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
 def measure(a: dict, name: str, repeats: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "problem.npz")
-        np.savez(path, **{key: (value.view(np.uint16) if getattr(value, "dtype", None) is not None
-                                and value.dtype.name == "bfloat16" else value) for key, value in a.items()})
+        for key, value in a.items():
+            value = np.asarray(value)
+            np.save(os.path.join(tmp, f"{key}.npy"), value.view(np.uint16) if value.dtype.name == "bfloat16" else value)
         # the child imports attention_ref as this process does (PYTHONPATH and the environment inherited)
-        done = subprocess.run([sys.executable, __file__, "--child", path, name, str(repeats)],
+        done = subprocess.run([sys.executable, __file__, "--child", tmp, name, str(repeats)],
                               capture_output=True, text=True)
     if done.returncode:
         raise RuntimeError(f"the {name} check failed in its child process:\n{done.stderr}")
@@ -135,31 +144,35 @@ def measure(a: dict, name: str, repeats: int) -> dict:
 
 
 def gemm_floor(shape, repeats: int) -> dict:
-    """Seconds of 1 forward pair of products and of the 7 products of a gradient check, float64 plus float32."""
-    B, H, L, E = shape
-    rng = np.random.default_rng(0)
+    """Seconds of the 2 forward products and of the 7 products of a gradient check, float64 plus float32."""
     floor = {2: 0.0, 7: 0.0}
     for dt in (np.float64, np.float32):
-        q, k, v, do = (rng.standard_normal((B, H, L, E)).astype(dt) for _ in range(4))
-        p = rng.random((B, H, L, L)).astype(dt)
-        kt, vt, pt = (np.swapaxes(a, -1, -2) for a in (k, v, p))
-
-        def forward():
-            q @ kt
-            p @ v
-
-        def backward():
-            q @ kt  # the forward's scores, recomputed
-            pt @ do  # dV
-            do @ vt  # dP
-            p @ k  # dQ (dS @ K)
-            pt @ q  # dK (dS^T @ Q)
-
-        fwd = best_of(forward, repeats)
-        floor[2] += fwd
-        floor[7] += fwd + best_of(backward, repeats)
-        del p, pt
+        fwd, bwd = products(shape, dt)
+        floor[2] += best_of(fwd, repeats)
+        floor[7] += best_of(fwd, repeats) + best_of(bwd, repeats)
     return floor
+
+
+def products(shape, dt):
+    """Functions computing the forward's 2 and the backward's 5 products of every head of `shape` in `dt`."""
+    B, H, L, E = shape
+    rng = np.random.default_rng(0)
+    q, k, v, do = (rng.standard_normal((B, H, L, E)).astype(dt) for _ in range(4))
+    p = rng.random((B, H, L, L)).astype(dt)
+    kt, vt, pt = (np.swapaxes(a, -1, -2) for a in (k, v, p))
+
+    def forward():
+        q @ kt  # S = Q K^T
+        p @ v  # O = P V
+
+    def backward():
+        q @ kt  # S again, for P
+        pt @ do  # dV = P^T dO
+        do @ vt  # dP = dO V^T
+        p @ k  # dQ = dS K
+        pt @ q  # dK = dS^T Q
+
+    return forward, backward
 
 
 def best_of(fn, repeats: int) -> float:
@@ -258,7 +271,7 @@ def main(argv=None) -> int:
                    "ratio": got["seconds"] / floor, "peak_gib": got["peak_bytes"] / 2**30,
                    "torch_seconds": versus, "ratio_to_torch": None if versus is None else got["seconds"] / versus}
             rows.append(row)
-            print(f"{str(tuple(shape)):>18} {dtype:>8} {causal!s:>6} {gqa!s:>5} {name:>7} {row['seconds']:9.4f} "
+            print(f"{tuple(shape)!s:>18} {dtype:>8} {causal!s:>6} {gqa!s:>5} {name:>7} {row['seconds']:9.4f} "
                   f"{floor:8.4f} {row['ratio']:6.1f} {row['peak_gib']:8.3f} "
                   + ("" if versus is None else f"{versus:8.4f} {row['ratio_to_torch']:8.2f}"), flush=True)
     result = {"machine": {"cores": os.cpu_count(), "numpy": np.__version__,

@@ -20,13 +20,14 @@ A small problem runs as one task over every unit at once (the same steps, batche
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import threading
 
 import numpy as np
 
-from .._kernel import _PARALLEL_MIN, block_rows, n_threads, run_blocks
+from .._kernel import _PARALLEL_MIN, _one_blas_thread, block_rows, n_threads, run_blocks
 from ..backward import _broadcast_index, _sum_to
 from ._baseline import naive_backward_of, naive_extra, naive_forward_of
 
@@ -222,13 +223,21 @@ def progress_bar(total: int, progress: bool):
 
 
 def run(tasks, threads: int, fn, done) -> None:
-    """Run ``fn(task)`` for every task on the dense path's threads; `NotTiled` from any task propagates."""
+    """Run ``fn(task)`` for every task on the dense path's threads; `NotTiled` from any task propagates.
+
+    With several tasks (units) BLAS runs on one thread meanwhile, also when they run one after the other:
+    the tiles' products are small, and a multi-threaded BLAS spends more on waking its threads (and, on a
+    busy machine, on waiting for them) than the products take. One task (a small problem, every unit at
+    once) runs as the whole-array computation did, BLAS as configured."""
     def task(idx):
         fn(idx)
         done()
 
-    work = _PARALLEL_MIN if len(tasks) > 1 else 0
-    run_blocks(task, tasks, work, threads=threads)
+    if len(tasks) < 2:
+        task(tasks[0])
+        return
+    with _one_blas_thread() or contextlib.nullcontext():
+        run_blocks(task, tasks, _PARALLEL_MIN, threads=threads)
 
 
 def naive_forward(u, dtype, fused, intermediate, extra):
