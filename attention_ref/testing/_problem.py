@@ -32,6 +32,7 @@ from ._tiles import (
     NotTiled,
     add_bias_grad,
     at,
+    fits,
     naive_backward,
     naive_forward,
     reference,
@@ -257,6 +258,11 @@ class Problem:
             self._prepared_cache[key] = p if finite else None
         return self._prepared_cache[key]
 
+    def _whole(self) -> None:
+        """Before the whole-array computation: a ValueError if its (..., L, S) arrays cannot fit in memory."""
+        n_units = max(int(np.prod(self.q.shape[:-2])), int(np.prod(self.k.shape[:-2])))
+        fits(self.q.shape[-2], self.k.shape[-2], n_units, 8)
+
     def output_shape(self, dtype) -> tuple[int, ...] | None:
         """The shape of the attention output, known before any work (None for a FlexAttention variant)."""
         p = self._prepared(scaled_dot_product_attention, self.plain, np.float32)
@@ -275,6 +281,7 @@ class Problem:
                 return self._forward_tiles(p, dtype, fused, magnitude, progress)
             except NotTiled:
                 pass
+        self._whole()
         ref, lse = self.reference(lse=True)
         return ref, lse, np.broadcast_to(self.naive_output(dtype, fused), ref.shape)
 
@@ -335,6 +342,7 @@ class Problem:
                 return lse, naive
             except NotTiled:
                 pass
+        self._whole()
         return self.reference_lse(), self.naive_lse(dtype, fused)
 
     def grads_pass(self, dout, dtypes, fused: bool, *, dbias: bool, magnitude: bool = False,
@@ -349,6 +357,7 @@ class Problem:
                 return self._grads_tiles(p, dout, dout64, dtypes, fused, dbias, magnitude, progress)
             except NotTiled:
                 pass
+        self._whole()
         dout64 = as_real_array(dout, "dout").astype(np.float64)
         ref = self.reference_grads(dout64)
         return ref, self.reference_lse(), {d: self.naive_grads(dout, d, fused) for d in dtypes}

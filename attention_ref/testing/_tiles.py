@@ -54,15 +54,22 @@ def machine_memory() -> int:
 
 def plan_threads(p, itemsize: int) -> int:
     """Threads for the units of `p` within `MEMORY_SHARE` of memory; a ValueError naming the size if not one fits."""
-    unit = NAIVE_ARRAYS * p.n_queries * p.n_keys * max(itemsize, 4)
-    budget = MEMORY_SHARE * machine_memory()
-    if unit > budget:
+    unit = fits(p.n_queries, p.n_keys, 1, itemsize)
+    return max(1, min(n_threads(), int(MEMORY_SHARE * machine_memory() // max(unit, 1))))
+
+
+def fits(L: int, S: int, n_units: int, itemsize: int) -> int:
+    """Bytes the check holds at once for `n_units` (batch, head) units of (L, S) scores; a ValueError, before
+    any work, when that is more than `MEMORY_SHARE` of the machine's memory."""
+    need = NAIVE_ARRAYS * n_units * L * S * max(itemsize, 4)
+    if need > MEMORY_SHARE * machine_memory():
+        what = "one (batch, head)" if n_units == 1 else f"its {n_units} (batch, head) pairs"
         raise ValueError(
-            f"the check of (L, S) = ({p.n_queries}, {p.n_keys}) cannot run: one (batch, head) of its reference "
-            f"and baseline needs about {unit / 2**30:.3g} GiB at once (the (L, S) scores and weights), more than "
-            f"half of this machine's {machine_memory() / 2**30:.3g} GiB; check shorter sequences"
+            f"the check of (L, S) = ({L}, {S}) cannot run: {what} of its reference and baseline need about "
+            f"{need / 2**30:.3g} GiB at once (the (L, S) scores and weights), more than half of this machine's "
+            f"{machine_memory() / 2**30:.3g} GiB; check shorter sequences"
         )
-    return max(1, min(n_threads(), int(budget // max(unit, 1))))
+    return need
 
 
 def unit_problem(p, idx):
@@ -195,7 +202,7 @@ def units(p, progress: bool = False):
     batch = p.out_shape[:-2]
     n_units = int(np.prod(batch))
     work = n_units * p.n_queries * p.n_keys
-    threads = plan_threads(p, p.q.dtype.itemsize)
+    threads = plan_threads(p, 4)  # the baseline works in float32 (a float64 check runs on whole arrays)
     tasks = [None] if work < _PARALLEL_MIN or n_units < 2 else list(np.ndindex(*batch))
     return tasks, threads, progress_bar(len(tasks), progress)
 
