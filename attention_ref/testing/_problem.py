@@ -295,7 +295,7 @@ class Problem:
         tasks, threads, done = units(p, progress)
 
         def task(idx):
-            r = reference(unit_problem(p, idx), magnitude=magnitude)
+            r = reference(unit_problem(p, idx), magnitude=magnitude, one_blas_thread=idx is None)
             ref[at(idx)], lse[at(idx)] = r.out, r.lse
             largest.append(r.magnitude)
             if naive:
@@ -334,7 +334,7 @@ class Problem:
             tasks, threads, done = units(p, progress)
 
             def task(idx):
-                lse[at(idx)] = reference(unit_problem(p, idx), out=False).lse
+                lse[at(idx)] = reference(unit_problem(p, idx), out=False, one_blas_thread=idx is None).lse
                 naive[at(idx)] = naive_forward(unit_problem(naive_p, idx), dtype, fused, None, extra)[1]
 
             try:
@@ -384,7 +384,8 @@ class Problem:
 
         def task(idx):
             add = None if target is None else (lambda rows, cols, dx: add_bias_grad(target, idx, rows, cols, dx, lock))
-            r = reference(unit_problem(p, idx), dout64[at(idx)], magnitude=magnitude, dbias=add)
+            r = reference(unit_problem(p, idx), dout64[at(idx)], magnitude=magnitude, dbias=add,
+                          one_blas_thread=idx is None)
             for name in ref:
                 ref[name][at(idx)] = getattr(r, name)
             if ref_sinks is not None:

@@ -36,6 +36,9 @@ __all__: list[str] = []  # private module
 #: (L, S) float32 arrays one unit of the naive backward holds at once, at most (the forward's scores,
 #: weights and exact weights, dropout's factors, dP, dS and their roundings), for the memory estimate.
 NAIVE_ARRAYS = 12
+#: From this many scores on, a problem run as one task computes its reference with BLAS on one thread
+#: (below, the limit costs more than the products).
+ONE_THREAD_SCORES = 1 << 16
 #: The share of the machine's memory a check may plan to hold at once.
 MEMORY_SHARE = 0.5
 
@@ -109,7 +112,16 @@ class Reference:
     dsinks: np.ndarray | None = None
 
 
-def reference(u, dout=None, *, out=True, magnitude=False, dbias=None) -> Reference:
+def reference(u, dout=None, *, out=True, magnitude=False, dbias=None, one_blas_thread=False) -> Reference:
+    """`reference_blocks`, with BLAS on one thread when asked (a small problem's tiles, run as one task:
+    `run` limits BLAS for units) and the problem has `ONE_THREAD_SCORES` scores or more."""
+    if not one_blas_thread or int(np.prod(u.out_shape[:-2])) * u.n_queries * u.n_keys < ONE_THREAD_SCORES:
+        return reference_blocks(u, dout, out=out, magnitude=magnitude, dbias=dbias)
+    with _one_blas_thread() or contextlib.nullcontext():
+        return reference_blocks(u, dout, out=out, magnitude=magnitude, dbias=dbias)
+
+
+def reference_blocks(u, dout=None, *, out=True, magnitude=False, dbias=None) -> Reference:
     """The float64 reference of problem `u` (one unit, or a batch), by blocks of query rows.
 
     With `dout` the backward too: ``dq`` (per expanded head), ``dk`` and ``dv`` (per query head, before
