@@ -118,16 +118,22 @@ def child(folder: str, name: str, repeats: int) -> None:
         start = time.perf_counter()
         check(name, a)
         best = min(best, time.perf_counter() - start)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before
+    peak = resident_bytes("VmHWM") - before
     print(json.dumps({"seconds": best, "peak_bytes": max(0, peak)}))
 
 
-def resident_bytes() -> int:
-    """The process's resident memory now (Linux), else its largest so far."""
+def resident_bytes(field: str = "VmRSS") -> int:
+    """The process's resident memory now (``VmRSS``) or its largest so far (``VmHWM``), on Linux.
+
+    Not ``ru_maxrss``: Linux carries that over from the forked parent through ``exec``, so a child of a
+    large parent would report the parent's size. Elsewhere ``ru_maxrss`` is all there is."""
     try:
-        return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def measure(a: dict, name: str, repeats: int) -> dict:
