@@ -70,6 +70,10 @@ def assert_attention_close(actual, q, k, v, *, factor=2.0, atol=None, dtype=None
         that row's keys (JAX, Hugging Face eager, which mask with a large
         finite number); ``"nan"`` (PyTorch's math path,
         ``nn.MultiheadAttention``); ``"any"``: those rows are not checked.
+    progress : bool, optional
+        Show a progress bar over the (batch, head) pairs the check computes
+        (tqdm's, where tqdm is installed; nothing otherwise), for a check
+        that takes long. Default False.
     **options
         Keyword arguments of `attention_ref.scaled_dot_product_attention`
         describing the attention the kernel computed: ``mask``, ``bias``,
@@ -354,6 +358,10 @@ def assert_lse_close(actual_lse, q, k, v, *, base="e", empty=-np.inf, factor=2.0
         must hold `empty`, with ``"nan"`` NaN; with ``"mean"`` (whose
         log-sum-exp is that of the kernel's masking constant) and ``"any"``
         those rows are not checked.
+    progress : bool, optional
+        Show a progress bar over the (batch, head) pairs the check computes
+        (tqdm's, where tqdm is installed; nothing otherwise), for a check
+        that takes long. Default False.
     **options
         The options of `assert_attention_close`, describing the attention
         the kernel computed (``sinks`` are counted in the log-sum-exp), or
@@ -432,10 +440,10 @@ def assert_lse_close(actual_lse, q, k, v, *, base="e", empty=-np.inf, factor=2.0
     factor, atol = check_tolerances(factor, atol)
     empty_rows = check_empty_rows(empty_rows)
     judged = np.dtype(np.float32) if dtype is None else judged_dtype(actual, dtype)
-    fused = is_fused(baseline)
     shape = check.output_shape(judged)
     for known in ((shape[:-1],) if shape is not None else ()):
         _check_lse_shape(actual, known)
+    fused = is_fused(baseline)
     reference, baseline = check.lse_pass(judged, fused, progress)
     _check_lse_shape(actual, reference.shape)
     baseline = np.broadcast_to(baseline, reference.shape).astype(np.float64)
@@ -502,6 +510,10 @@ def assert_attention_grads_close(actual, q, k, v, dout, *, factor=2.0, atol=None
         such a row are not checked (the NaN reaches all of them). ``"any"``:
         the row of ``dq`` and the other gradients of its head are not
         checked.
+    progress : bool, optional
+        Show a progress bar over the (batch, head) pairs the check computes
+        (tqdm's, where tqdm is installed; nothing otherwise), for a check
+        that takes long. Default False.
     **options
         Keyword arguments of `attention_ref.scaled_dot_product_attention`
         describing the attention, as for `assert_attention_close`
@@ -610,6 +622,7 @@ def assert_attention_grads_close(actual, q, k, v, dout, *, factor=2.0, atol=None
     fused = is_fused(baseline)
     given = dict(zip(AttentionGrads._fields[: len(actual)], actual, strict=True))
     dout = to_numpy(dout, "dout")
+    check.grads_prepare(dout)
     shapes = {"dq": check.q.shape, "dk": check.k.shape, "dv": check.v.shape,
               **{f"d{name}": np.shape(check.options[name]) for name in ("bias", "sinks")
                  if check.options.get(name) is not None}}

@@ -41,7 +41,7 @@ def assert_paged_attention_close(actual, q, k_pages, v_pages, block_table, kv_le
         ``"NHD"``: positions before heads (vLLM, FlashInfer's other).
     cu_seqlens_q : array_like of int, shape (B + 1,), optional
         Cumulative query offsets of packed queries.
-    factor, atol, dtype, empty_rows, baseline
+    factor, atol, dtype, empty_rows, baseline, progress
         As `assert_attention_close`, for each sequence.
     **options
         The options of `attention_ref.paged_attention` (``is_causal``,

@@ -5,6 +5,11 @@ their own dtypes, fp8 included), float64 copies of what they stand for (fp8 dequ
 options of `attention_ref.scaled_dot_product_attention` or a FlexAttention description (``score_mod``,
 ``mask_mod``, ``block_mask``). It computes the float64 reference, the naive baseline in a dtype, and the rows
 with no allowed key together with what each empty-row convention (``empty_rows=``) expects there.
+
+The checkers ask for everything one check needs at once (`Problem.forward`, `Problem.lse_pass`,
+`Problem.grads_pass`), computed one (batch, head) at a time by `._tiles`. A FlexAttention variant, a float64
+kernel (whose baseline's error is the reference's last bits) and non-finite input are computed on whole
+arrays, as the methods ``reference*`` and ``naive_*`` do.
 """
 
 from __future__ import annotations
@@ -27,13 +32,12 @@ from ..flex import (
     flex_attention_backward,
 )
 from ..fp8 import dequantize_inputs, fp8_output_dtype
-from ._baseline import NaiveFlex, _naive_attention, _naive_backward, _naive_forward, naive_problem
+from ._baseline import NaiveFlex, _naive_attention, _naive_backward, _naive_forward, naive_backward_of, naive_problem
 from ._tiles import (
     NotTiled,
     add_bias_grad,
     at,
     fits,
-    naive_backward,
     naive_forward,
     reference,
     run,
@@ -345,6 +349,12 @@ class Problem:
         self._whole()
         return self.reference_lse(), self.naive_lse(dtype, fused)
 
+    def grads_prepare(self, dout):
+        """Check the options and `dout` as `attention_backward` does (its errors), before any work."""
+        p = self._prepared(attention_backward, self.options, np.float32)
+        if p is not None:
+            _checked(dout, "dout", p.out_shape, "the shape of the attention output (..., L, Ev)", np.float64)
+
     def grads_pass(self, dout, dtypes, fused: bool, *, dbias: bool, magnitude: bool = False,
                    progress: bool = False):
         """``(reference, lse, naive)``: the float64 gradients, log-sum-exp, and a dict of the baseline's
@@ -393,8 +403,8 @@ class Problem:
             lse[at(idx)] = r.lse
             largest.append(r.magnitude)
             for d, naive_p in naive_ps.items():
-                grads = naive_backward(unit_problem(naive_p, idx), dout[at(idx)], d, fused, extras[d],
-                                       target is not None)
+                grads = naive_backward_of(unit_problem(naive_p, idx), dout[at(idx)], d, fused, extras[d],
+                                          target is not None)
                 for into, grad in zip(naive[d], grads, strict=True):
                     if into is not None:
                         into[at(idx)] = grad

@@ -29,7 +29,7 @@ import numpy as np
 
 from .._kernel import _PARALLEL_MIN, _one_blas_thread, block_rows, n_threads, run_blocks
 from ..backward import _broadcast_index, _sum_to
-from ._baseline import naive_backward_of, naive_extra, naive_forward_of
+from ._baseline import naive_extra, naive_forward_of
 
 __all__: list[str] = []  # private module
 
@@ -263,11 +263,6 @@ def naive_forward(u, dtype, fused, intermediate, extra):
     """The baseline's ``(out, lse)`` of unit `u` (`._baseline.naive_forward_of`)."""
     _, _, _, _, out, lse, _, _ = naive_forward_of(u, dtype, intermediate, fused, extra=extra)
     return out, lse
-
-
-def naive_backward(u, dout, dtype, fused, extra, dbias: bool):
-    """The baseline's ``(dq, dk, dv, dbias, dsinks)`` of unit `u` (`._baseline.naive_backward_of`)."""
-    return naive_backward_of(u, dout, dtype, fused, extra=extra, dbias=dbias)
 
 
 def at(idx):
