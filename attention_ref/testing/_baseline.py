@@ -135,7 +135,8 @@ def _naive_backward(q, k, v, dout, dtype: np.dtype, options: dict, fused=True) -
     ``dS = P * (dP - D)`` in float32 from the exact weights, ``dS`` rounded before its two products.
     """
     p = naive_problem(q, k, v, dtype, options)
-    return finish_grads(p, q, k, v, options, *naive_backward_of(p, dout, dtype, fused), dtype=dtype)
+    dq, dk, dv, dbias, dsinks = naive_backward_of(p, dout, dtype, fused)
+    return finish_grads(p, q, k, v, options, dq, dk, dv, dbias, dsinks, dtype=dtype)
 
 
 def naive_backward_of(p, dout, dtype: np.dtype, fused=True, extra=False, dbias=True):

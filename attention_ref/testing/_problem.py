@@ -274,8 +274,9 @@ class Problem:
 
     def _naive_of(self, dtype, options: dict, wide: bool):
         """The baseline's prepared problem: the inputs as given (or, `wide`, their float64 values) in `dtype`."""
-        arrays = (self.q64, self.k64, self.v64) if wide else (self.q, self.k, self.v)
-        return naive_problem(*arrays, dtype, options)
+        if wide:
+            return naive_problem(self.q64, self.k64, self.v64, dtype, options)
+        return naive_problem(self.q, self.k, self.v, dtype, options)
 
     def forward(self, dtype, fused: bool, *, magnitude: bool = False, progress: bool = False):
         """``(reference, lse, naive)``: the float64 output and log-sum-exp and the baseline's output in `dtype`."""

@@ -24,6 +24,7 @@ import contextlib
 import dataclasses
 import os
 import threading
+from typing import Any
 
 import numpy as np
 
@@ -103,13 +104,13 @@ def shared_extra(p, dtype):
 class Reference:
     """The float64 reference of one unit (or all): output, log-sum-exp, largest score, and gradients."""
 
-    out: np.ndarray | None
+    out: Any  # ndarray, or None when not asked for (and likewise below)
     lse: np.ndarray
     magnitude: float
-    dq: np.ndarray | None = None
-    dk: np.ndarray | None = None
-    dv: np.ndarray | None = None
-    dsinks: np.ndarray | None = None
+    dq: Any = None
+    dk: Any = None
+    dv: Any = None
+    dsinks: Any = None
 
 
 def reference(u, dout=None, *, out=True, magnitude=False, dbias=None, one_blas_thread=False) -> Reference:
@@ -203,8 +204,9 @@ def add_bias_grad(target: np.ndarray, idx, rows: slice, cols: slice, dx: np.ndar
     r = rows if target.shape[-2] != 1 else slice(None)
     c = cols if target.shape[-1] != 1 else slice(None)
     lead = () if idx is None else _broadcast_index(idx, target.shape[:-2])
+    where: tuple = (*lead, Ellipsis, r, c)
     with lock:  # units may share a bias
-        view = target[(*lead, Ellipsis, r, c)]
+        view = target[where]
         view += _sum_to(dx, view.shape)
 
 
