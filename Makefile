@@ -20,7 +20,7 @@ BUILD := docs/_build
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 1700000000)
 export SOURCE_DATE_EPOCH
 
-.PHONY: all lock upgrade-deps venv docs pdf epub docs-clean notebooks serve test test-fast lint bench bench-quick chromium tex \
+.PHONY: all lock upgrade-deps venv docs pdf epub docs-clean notebooks serve test test-fast lint bench bench-quick bench-checks chromium tex \
 	clean
 
 all: test
@@ -93,8 +93,12 @@ lint: $(TEST_STAMP)
 	$(PY) -m ruff check attention_ref tests benchmarks docs
 	$(PY) -m mypy
 
-bench: $(TEST_STAMP)
+bench: $(TEST_STAMP) bench-checks
 	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(PY) benchmarks/run.py --write benchmarks/results.json
+
+## What a check of attention_ref.testing costs, beside its GEMM floor and PyTorch's reference (a few minutes).
+bench-checks: $(TEST_STAMP)
+	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(PY) benchmarks/check_speed.py --write benchmarks/check_speed.json
 
 ## The oracle shapes only (no long runs, best of 3), printed, not recorded: under a minute.
 bench-quick: $(TEST_STAMP)

@@ -77,9 +77,26 @@ def _naive_forward(q, k, v, dtype: np.dtype, options: dict, intermediate=None, f
     ``kept`` is ``keep / (1 - dropout_p)`` (..., L, S), which multiplies the weights before the product
     with the values (``weights`` are those before dropout); None without one.
     """
-    rnd, inner, work = _rounding(dtype, fused)
+    return naive_forward_of(naive_problem(q, k, v, dtype, options), dtype, intermediate, fused)
+
+
+def naive_problem(q, k, v, dtype: np.dtype, options: dict):
+    """The `attention_ref.attention.AttentionProblem` of `q`, `k`, `v` rounded to `dtype`, with `options`."""
     q, k, v = (as_real_array(a, name).astype(dtype) for a, name in ((q, "q"), (k, "k"), (v, "v")))
-    p = prepare_attention(q, k, v, **options)  # the package's own masks, window, bias and ALiBi
+    return prepare_attention(q, k, v, **options)  # the package's own masks, window, bias and ALiBi
+
+
+def naive_extra(p, dtype: np.dtype) -> np.ndarray | None:
+    """The additive term of problem `p` (bias, ALiBi, masks) rounded to `dtype`, as the baseline adds it."""
+    extra = p.additive()
+    rnd, _, work = _rounding(dtype)
+    return None if extra is None else rnd(extra.astype(work))  # a bias is an input in the kernel's dtype
+
+
+def naive_forward_of(p, dtype: np.dtype, intermediate=None, fused=True, extra=False):
+    """`_naive_forward` of the prepared problem `p` (one (batch, head) of it, or all); `extra`: its
+    `naive_extra` when the caller has it (False: computed here)."""
+    rnd, inner, work = _rounding(dtype, fused)
     sinks = p.sinks
     capped = None
     with np.errstate(invalid="ignore", over="ignore"):  # overflow to inf and NaN are the baseline's own
@@ -88,9 +105,10 @@ def _naive_forward(q, k, v, dtype: np.dtype, options: dict, intermediate=None, f
         if p.softcap is not None:
             tanh = np.tanh(s / work.type(p.softcap))
             s, capped = inner(tanh * work.type(p.softcap)), inner(tanh)
-        extra = p.additive()
+        if extra is False:
+            extra = naive_extra(p, dtype)
         if extra is not None:
-            s = inner(s + rnd(extra.astype(work)))  # a bias is an input in the kernel's dtype
+            s = inner(s + extra)
         if sinks is not None:
             sinks = rnd(np.asarray(sinks).astype(work))[..., None, None]
         exact, sink_weight, lse = _naive_softmax(s, sinks, inner, work)
@@ -116,8 +134,17 @@ def _naive_backward(q, k, v, dout, dtype: np.dtype, options: dict, fused=True) -
     Fused, as FlashAttention-2's backward: ``dV = P^T dO`` with the rounded weights, ``dP``, ``D`` and
     ``dS = P * (dP - D)`` in float32 from the exact weights, ``dS`` rounded before its two products.
     """
+    p = naive_problem(q, k, v, dtype, options)
+    dq, dk, dv, dbias, dsinks = naive_backward_of(p, dout, dtype, fused)
+    return finish_grads(p, q, k, v, options, dq, dk, dv, dbias, dsinks, dtype=dtype)
+
+
+def naive_backward_of(p, dout, dtype: np.dtype, fused=True, extra=False, dbias=True):
+    """``(dq, dk, dv, dbias, dsinks)`` of `_naive_backward` for the prepared problem `p`, before they are
+    summed to the inputs' shapes (`attention_ref.backward.finish_grads`); `extra` as `naive_forward_of`.
+    ``dbias`` is None without a bias, or when not asked for (`dbias` False)."""
     rnd, inner, work = _rounding(dtype, fused)
-    p, w, capped, sink_weight, out, _, kept, exact = _naive_forward(q, k, v, dtype, options, fused=fused)
+    _, w, capped, sink_weight, out, _, kept, exact = naive_forward_of(p, dtype, fused=fused, extra=extra)
     do = rnd(as_real_array(dout, "dout").astype(work))
     with np.errstate(invalid="ignore", over="ignore"):
         dropped = w if kept is None else rnd(w * kept)
@@ -132,7 +159,7 @@ def _naive_backward(q, k, v, dout, dtype: np.dtype, options: dict, fused=True) -
         dq = rnd(rnd(ds @ p.k.astype(work)) * work.type(p.scale))
         dk = rnd(rnd(np.swapaxes(ds, -1, -2) @ p.q.astype(work)) * work.type(p.scale))
         dsinks = None if sink_weight is None else rnd(-np.sum(inner(sink_weight * delta), axis=-1))
-    return finish_grads(p, q, k, v, options, dq, dk, dv, rnd(dx), dsinks, dtype=dtype)
+    return dq, dk, dv, rnd(dx) if dbias and p.bias is not None else None, dsinks
 
 
 class NaiveFlex:

@@ -28,7 +28,7 @@ _LOG_BASES = {"e": 1.0, 2: 1.0 / np.log(2.0)}
 
 
 def assert_attention_close(actual, q, k, v, *, factor=2.0, atol=None, dtype=None, empty_rows="zeros",
-                           baseline="fused", **options):
+                           baseline="fused", progress=False, **options):
     r"""Assert that a kernel's attention output is as accurate as its dtype allows.
 
     Passes when every element of `actual` is within ``factor`` times the
@@ -70,6 +70,10 @@ def assert_attention_close(actual, q, k, v, *, factor=2.0, atol=None, dtype=None
         that row's keys (JAX, Hugging Face eager, which mask with a large
         finite number); ``"nan"`` (PyTorch's math path,
         ``nn.MultiheadAttention``); ``"any"``: those rows are not checked.
+    progress : bool, optional
+        Show a progress bar over the (batch, head) pairs the check computes
+        (tqdm's, where tqdm is installed; nothing otherwise), for a check
+        that takes long. Default False.
     **options
         Keyword arguments of `attention_ref.scaled_dot_product_attention`
         describing the attention the kernel computed: ``mask``, ``bias``,
@@ -261,42 +265,56 @@ def assert_attention_close(actual, q, k, v, *, factor=2.0, atol=None, dtype=None
     """
     check = Problem(q, k, v, options, "assert_attention_close")
     failure = output_failure(actual, check, factor=factor, atol=atol, dtype=dtype, empty_rows=empty_rows,
-                             baseline=baseline)
+                             baseline=baseline, progress=progress)
     if failure:
         raise AssertionError(failure)
 
 
-def output_failure(actual, check: Problem, *, factor, atol, dtype, empty_rows, baseline, what: str = "") -> str:
+def _check_lse_shape(actual: np.ndarray, shape: tuple[int, ...]) -> None:
+    if actual.shape != shape:
+        raise ValueError(f"actual_lse must have the shape of the output's rows (its shape without the last axis), "
+                         f"{shape}; got {actual.shape}")
+
+
+def output_failure(actual, check: Problem, *, factor, atol, dtype, empty_rows, baseline, what: str = "",
+                   progress: bool = False) -> str:
     """The failure message of `assert_attention_close` for `check`, or ""."""
     actual = output_array(actual)
     factor, atol = check_tolerances(factor, atol)
     judged = judged_dtype(actual, dtype)
     empty_rows = check_empty_rows(empty_rows)
     fused = is_fused(baseline)
-    reference, lse = check.reference(lse=True)
-    if actual.shape != reference.shape:
-        raise ValueError(
-            f"actual must have the shape of the attention output of q, k and v, {reference.shape}; "
-            f"got {actual.shape}"
-        )
+    shape = check.output_shape(judged)
+    for known in ((shape,) if shape is not None else ()):
+        _check_output_shape(actual, known)
+    reference, lse, first = check.forward(judged, fused, magnitude=atol is None and judged.itemsize >= 4,
+                                          progress=progress)
+    _check_output_shape(actual, reference.shape)
     empty = np.broadcast_to(lse == -np.inf, reference.shape[:-1])  # (..., L): no allowed key (nor sink)
     mean = check.values_mean() if empty_rows == "mean" else None
 
-    def failure(fused: bool) -> str:
-        naive = np.broadcast_to(check.naive_output(judged, fused), reference.shape)
+    def failure(fused: bool, naive=None) -> str:
+        if naive is None:
+            naive = np.broadcast_to(check.naive_output_tiles(judged, fused, progress), reference.shape)
         want, naive, skip = empty_expected(reference, naive, empty, empty_rows, mean)
         return compare(actual, want, naive, factor=factor, atol=atol, units=ATOL_UNITS, dtype=judged, what=what,
                        skip=skip, empty=empty, widened=widened_hint(actual, dtype, check.inputs),
                        magnitude=check.score_magnitude)
 
-    found = failure(fused)
+    found = failure(fused, first)
     if found and fused and judged.itemsize < 4 and not failure(False):
         found += "\n" + textbook_hint(judged)
     return found
 
 
+def _check_output_shape(actual: np.ndarray, shape: tuple[int, ...]) -> None:
+    if actual.shape != shape:
+        raise ValueError(f"actual must have the shape of the attention output of q, k and v, {shape}; "
+                         f"got {actual.shape}")
+
+
 def assert_lse_close(actual_lse, q, k, v, *, base="e", empty=-np.inf, factor=2.0, atol=None, dtype=None,
-                     empty_rows="zeros", baseline="fused", **options):
+                     empty_rows="zeros", baseline="fused", progress=False, **options):
     r"""Assert that a kernel's log-sum-exp is as accurate as a float32 computation of it.
 
     Attention kernels return each query row's log-sum-exp, the logarithm of
@@ -340,6 +358,10 @@ def assert_lse_close(actual_lse, q, k, v, *, base="e", empty=-np.inf, factor=2.0
         must hold `empty`, with ``"nan"`` NaN; with ``"mean"`` (whose
         log-sum-exp is that of the kernel's masking constant) and ``"any"``
         those rows are not checked.
+    progress : bool, optional
+        Show a progress bar over the (batch, head) pairs the check computes
+        (tqdm's, where tqdm is installed; nothing otherwise), for a check
+        that takes long. Default False.
     **options
         The options of `assert_attention_close`, describing the attention
         the kernel computed (``sinks`` are counted in the log-sum-exp), or
@@ -418,13 +440,13 @@ def assert_lse_close(actual_lse, q, k, v, *, base="e", empty=-np.inf, factor=2.0
     factor, atol = check_tolerances(factor, atol)
     empty_rows = check_empty_rows(empty_rows)
     judged = np.dtype(np.float32) if dtype is None else judged_dtype(actual, dtype)
-    reference = check.reference_lse()
-    if actual.shape != reference.shape:
-        raise ValueError(
-            f"actual_lse must have the shape of the output's rows (its shape without the last axis), "
-            f"{reference.shape}; got {actual.shape}"
-        )
-    baseline = np.broadcast_to(check.naive_lse(judged, is_fused(baseline)), reference.shape).astype(np.float64)
+    shape = check.output_shape(judged)
+    for known in ((shape[:-1],) if shape is not None else ()):
+        _check_lse_shape(actual, known)
+    fused = is_fused(baseline)
+    reference, baseline = check.lse_pass(judged, fused, progress)
+    _check_lse_shape(actual, reference.shape)
+    baseline = np.broadcast_to(baseline, reference.shape).astype(np.float64)
     per_nat = _LOG_BASES[base]  # 1 / log(base)
     no_key = reference == -np.inf
     expected = {"zeros": float(empty), "nan": np.nan}.get(empty_rows, float(empty))
@@ -439,7 +461,7 @@ def assert_lse_close(actual_lse, q, k, v, *, base="e", empty=-np.inf, factor=2.0
 
 
 def assert_attention_grads_close(actual, q, k, v, dout, *, factor=2.0, atol=None, dtype=None, empty_rows="zeros",
-                                 baseline="fused", **options):
+                                 baseline="fused", progress=False, **options):
     r"""Assert that a kernel's attention gradients are as accurate as their dtype allows.
 
     The backward counterpart of `assert_attention_close`, by the same rule
@@ -488,6 +510,10 @@ def assert_attention_grads_close(actual, q, k, v, dout, *, factor=2.0, atol=None
         such a row are not checked (the NaN reaches all of them). ``"any"``:
         the row of ``dq`` and the other gradients of its head are not
         checked.
+    progress : bool, optional
+        Show a progress bar over the (batch, head) pairs the check computes
+        (tqdm's, where tqdm is installed; nothing otherwise), for a check
+        that takes long. Default False.
     **options
         Keyword arguments of `attention_ref.scaled_dot_product_attention`
         describing the attention, as for `assert_attention_close`
@@ -596,25 +622,34 @@ def assert_attention_grads_close(actual, q, k, v, dout, *, factor=2.0, atol=None
     fused = is_fused(baseline)
     given = dict(zip(AttentionGrads._fields[: len(actual)], actual, strict=True))
     dout = to_numpy(dout, "dout")
-    reference = check.reference_grads(as_real_array(dout, "dout").astype(np.float64))
-    lse = check.reference_lse()
+    check.grads_prepare(dout)
+    shapes = {"dq": check.q.shape, "dk": check.k.shape, "dv": check.v.shape,
+              **{f"d{name}": np.shape(check.options[name]) for name in ("bias", "sinks")
+                 if check.options.get(name) is not None}}
+    checked, judged = {}, {}
+    for field, grad in given.items():  # every argument checked before any work, in the order of the fields
+        if grad is None:
+            continue
+        if field not in shapes:
+            raise ValueError(f"actual has {field} but the options have no {field[1:]} to differentiate")
+        grad = output_array(grad, f"actual.{field}")
+        if grad.shape != shapes[field]:
+            raise ValueError(f"actual.{field} must have the shape of {field[1:]}, {shapes[field]}; got {grad.shape}")
+        checked[field], judged[field] = grad, judged_dtype(grad, dtype)
+    dtypes = list(dict.fromkeys(judged.values()))
+    reference, lse, baselines = check.grads_pass(
+        dout, dtypes or [np.dtype(np.float32)], fused, dbias="dbias" in checked, progress=progress,
+        magnitude=atol is None and any(d.itemsize >= 4 for d in dtypes))
     empty = lse == -np.inf  # (..., L): rows with no allowed key (nor sink)
     scale = max(float(np.max(np.abs(g[np.isfinite(g)]), initial=0.0)) for g in reference[:3])  # dq, dk, dv
     failures = []
-    for field, grad in given.items():
-        if grad is None:
-            continue
+    for field, grad in checked.items():
         want = getattr(reference, field)
-        if want is None:
-            raise ValueError(f"actual has {field} but the options have no {field[1:]} to differentiate")
-        grad = output_array(grad, f"actual.{field}")
-        if grad.shape != want.shape:
-            raise ValueError(f"actual.{field} must have the shape of {field[1:]}, {want.shape}; got {grad.shape}")
-        judged = judged_dtype(grad, dtype)
-        naive = getattr(check.naive_grads(dout, judged, fused), field).astype(np.float64)
+        naive = getattr(baselines[judged[field]], field).astype(np.float64)
         want, naive, skip, rows = _empty_grads(field, want, naive, empty, empty_rows, check, dout)
+        judged_here = judged[field]
         failures.append(compare(grad, want, naive, factor=factor, atol=atol, units=ATOL_UNITS_GRAD,
-                                dtype=judged, what=f"{field}: ", skip=skip, empty=rows,
+                                dtype=judged_here, what=f"{field}: ", skip=skip, empty=rows,
                                 widened=widened_hint(grad, dtype, check.inputs), magnitude=check.score_magnitude,
                                 scale=scale if field in ("dq", "dk", "dv") else None))
     failures = [f for f in failures if f]

@@ -13,7 +13,7 @@ __all__ = ["assert_paged_attention_close"]
 
 def assert_paged_attention_close(actual, q, k_pages, v_pages, block_table, kv_lens, *, layout="HND",
                                  cu_seqlens_q=None, factor=2.0, atol=None, dtype=None, empty_rows="zeros",
-                                 baseline="fused", **options):
+                                 baseline="fused", progress=False, **options):
     r"""Assert that a paged-cache kernel's output is as accurate as its dtype allows.
 
     The check of `assert_attention_close`, applied to each sequence of a
@@ -41,7 +41,7 @@ def assert_paged_attention_close(actual, q, k_pages, v_pages, block_table, kv_le
         ``"NHD"``: positions before heads (vLLM, FlashInfer's other).
     cu_seqlens_q : array_like of int, shape (B + 1,), optional
         Cumulative query offsets of packed queries.
-    factor, atol, dtype, empty_rows, baseline
+    factor, atol, dtype, empty_rows, baseline, progress
         As `assert_attention_close`, for each sequence.
     **options
         The options of `attention_ref.paged_attention` (``is_causal``,
@@ -111,7 +111,8 @@ def assert_paged_attention_close(actual, q, k_pages, v_pages, block_table, kv_le
         k_b, v_b = _gather(k_pages, pages, int(length)), _gather(v_pages, pages, int(length))
         check = Problem(q[index], k_b, v_b, sequence_options(options, b), "assert_paged_attention_close")
         failures.append(output_failure(actual[index], check, factor=factor, atol=atol, dtype=dtype,
-                                       empty_rows=empty_rows, baseline=baseline, what=f"sequence {b}: "))
+                                       empty_rows=empty_rows, baseline=baseline, what=f"sequence {b}: ",
+                                       progress=progress))
     failures = [f for f in failures if f]
     if failures:
         raise AssertionError("\n".join(failures))

@@ -5,9 +5,17 @@ their own dtypes, fp8 included), float64 copies of what they stand for (fp8 dequ
 options of `attention_ref.scaled_dot_product_attention` or a FlexAttention description (``score_mod``,
 ``mask_mod``, ``block_mask``). It computes the float64 reference, the naive baseline in a dtype, and the rows
 with no allowed key together with what each empty-row convention (``empty_rows=``) expects there.
+
+The checkers ask for everything one check needs at once (`Problem.forward`, `Problem.lse_pass`,
+`Problem.grads_pass`), computed one (batch, head) at a time by `._tiles`. A FlexAttention variant, a float64
+kernel (whose baseline's error is the reference's last bits) and non-finite input are computed on whole
+arrays, as the methods ``reference*`` and ``naive_*`` do.
 """
 
 from __future__ import annotations
+
+import dataclasses
+import threading
 
 import numpy as np
 
@@ -15,7 +23,7 @@ from .._interop import to_numpy
 from .._options import DROPOUT, OPTIONS
 from .._validation import as_real_array, is_fp8, result_dtype
 from ..attention import _scores, prepare_attention, scaled_dot_product_attention
-from ..backward import AttentionGrads, attention_backward
+from ..backward import AttentionGrads, _checked, attention_backward, finish_grads
 from ..flex import (
     _autograd_derivative,
     _score_mod_derivative,
@@ -24,7 +32,19 @@ from ..flex import (
     flex_attention_backward,
 )
 from ..fp8 import dequantize_inputs, fp8_output_dtype
-from ._baseline import NaiveFlex, _naive_attention, _naive_backward, _naive_forward
+from ._baseline import NaiveFlex, _naive_attention, _naive_backward, _naive_forward, naive_backward_of, naive_problem
+from ._tiles import (
+    NotTiled,
+    add_bias_grad,
+    at,
+    fits,
+    naive_forward,
+    reference,
+    run,
+    shared_extra,
+    unit_problem,
+    units,
+)
 
 __all__: list[str] = []  # private module
 
@@ -176,6 +196,7 @@ class Problem:
         self.options = options
         self.flex = None
         self._magnitude: float | None = None
+        self._prepared_cache: dict = {}
         if any(value is not None for value in given.values()):
             self.flex = _Flex(given, options, self.q, self.k, function)
             self.q64, self.k64, self.v64 = (as_real_array(a, n).astype(np.float64) for a, n in
@@ -219,6 +240,189 @@ class Problem:
         wide = {name: as_real_array(self.options[name], name).astype(np.float64) for name in ("bias", "sinks")
                 if self.options.get(name) is not None}
         return attention_backward(self.q64, self.k64, self.v64, dout64, **{**self.options, **wide})
+
+    # --- by tiles: the reference and the baseline together, one (batch, head) at a time --------------
+
+    def _prepared(self, function, options: dict, dtype):
+        """The float64 `AttentionProblem` of the check, or None where it runs on whole arrays (a FlexAttention
+        variant, non-finite input, a float64 kernel: its baseline's error is the reference's last bits).
+
+        Its options are checked as `function` (`scaled_dot_product_attention` or `attention_backward`, which
+        the whole-array computation calls) checks them, with the same errors."""
+        for name in options:
+            if name not in function.options:
+                raise TypeError(f"{function.__name__}() got an unexpected keyword argument {name!r}")
+        if self.flex is not None or np.dtype(dtype) == np.float64:
+            return None
+        key = (function.__name__, tuple(options))
+        if key not in self._prepared_cache:
+            p = prepare_attention(self.q64, self.k64, self.v64, **options)
+            finite = all(np.isfinite(a).all() for a in (p.q, p.k, p.v)) and all(
+                np.all(a < np.inf) for a in (p.bias, p.sinks, p.alibi_slopes) if a is not None)  # -inf: masking
+            self._prepared_cache[key] = p if finite else None
+        return self._prepared_cache[key]
+
+    def _whole(self) -> None:
+        """Before the whole-array computation: a ValueError if its (..., L, S) arrays cannot fit in memory."""
+        n_units = max(int(np.prod(self.q.shape[:-2])), int(np.prod(self.k.shape[:-2])))
+        fits(self.q.shape[-2], self.k.shape[-2], n_units, 8)
+
+    def output_shape(self, dtype) -> tuple[int, ...] | None:
+        """The shape of the attention output, known before any work (None for a FlexAttention variant)."""
+        p = self._prepared(scaled_dot_product_attention, self.plain, np.float32)
+        return None if p is None else p.out_shape
+
+    def _naive_of(self, dtype, options: dict, wide: bool):
+        """The baseline's prepared problem: the inputs as given (or, `wide`, their float64 values) in `dtype`."""
+        if wide:
+            return naive_problem(self.q64, self.k64, self.v64, dtype, options)
+        return naive_problem(self.q, self.k, self.v, dtype, options)
+
+    def forward(self, dtype, fused: bool, *, magnitude: bool = False, progress: bool = False):
+        """``(reference, lse, naive)``: the float64 output and log-sum-exp and the baseline's output in `dtype`."""
+        p = self._prepared(scaled_dot_product_attention, self.plain, dtype)
+        if p is not None:
+            try:
+                return self._forward_tiles(p, dtype, fused, magnitude, progress)
+            except NotTiled:
+                pass
+        self._whole()
+        ref, lse = self.reference(lse=True)
+        return ref, lse, np.broadcast_to(self.naive_output(dtype, fused), ref.shape)
+
+    def _forward_tiles(self, p, dtype, fused, magnitude, progress, naive=True):
+        fp8 = self.fp8 is not None
+        naive_p = self._naive_of(dtype, self.plain if fp8 else self.options, fp8) if naive else None
+        extra = shared_extra(naive_p, dtype) if naive else None
+        ref, lse = np.empty(p.out_shape), np.empty(p.out_shape[:-1])
+        out = np.empty(p.out_shape, dtype) if naive else None
+        largest = [1.0]
+        tasks, threads, done = units(p, progress)
+
+        def task(idx):
+            r = reference(unit_problem(p, idx), magnitude=magnitude, one_blas_thread=idx is None)
+            ref[at(idx)], lse[at(idx)] = r.out, r.lse
+            largest.append(r.magnitude)
+            if naive:
+                out[at(idx)] = naive_forward(unit_problem(naive_p, idx), dtype, fused, self.fp8, extra)[0]
+
+        run(tasks, threads, task, done)
+        if magnitude:
+            self._magnitude = max(largest)
+        return ref, lse, out
+
+    def naive_output_tiles(self, dtype, fused: bool, progress: bool = False) -> np.ndarray:
+        """`naive_output` for a problem the tiles can take (else the whole-array one)."""
+        p = self._prepared(scaled_dot_product_attention, self.plain, dtype)
+        if p is None:
+            return self.naive_output(dtype, fused)
+        fp8 = self.fp8 is not None
+        naive_p = self._naive_of(dtype, self.plain if fp8 else self.options, fp8)
+        extra = shared_extra(naive_p, dtype)
+        out = np.empty(p.out_shape, dtype)
+        tasks, threads, done = units(p, progress)
+
+        def task(idx):
+            out[at(idx)] = naive_forward(unit_problem(naive_p, idx), dtype, fused, self.fp8, extra)[0]
+
+        run(tasks, threads, task, done)
+        return out
+
+    def lse_pass(self, dtype, fused: bool, progress: bool = False):
+        """``(reference, naive)`` log-sum-exps (..., L): the float64 one and the baseline's in `dtype`."""
+        plain = {name: value for name, value in self.plain.items() if name not in DROPOUT}
+        p = self._prepared(scaled_dot_product_attention, plain, dtype)
+        if p is not None:
+            naive_p = naive_problem(self.q64, self.k64, self.v64, dtype, plain)
+            extra = shared_extra(naive_p, dtype)
+            lse, naive = np.empty(p.out_shape[:-1]), np.empty(p.out_shape[:-1], np.float64)
+            tasks, threads, done = units(p, progress)
+
+            def task(idx):
+                lse[at(idx)] = reference(unit_problem(p, idx), out=False, one_blas_thread=idx is None).lse
+                naive[at(idx)] = naive_forward(unit_problem(naive_p, idx), dtype, fused, None, extra)[1]
+
+            try:
+                run(tasks, threads, task, done)
+                return lse, naive
+            except NotTiled:
+                pass
+        self._whole()
+        return self.reference_lse(), self.naive_lse(dtype, fused)
+
+    def grads_prepare(self, dout):
+        """Check the options and `dout` as `attention_backward` does (its errors), before any work."""
+        p = self._prepared(attention_backward, self.options, np.float32)
+        if p is not None:
+            _checked(dout, "dout", p.out_shape, "the shape of the attention output (..., L, Ev)", np.float64)
+
+    def grads_pass(self, dout, dtypes, fused: bool, *, dbias: bool, magnitude: bool = False,
+                   progress: bool = False):
+        """``(reference, lse, naive)``: the float64 gradients, log-sum-exp, and a dict of the baseline's
+        gradients for each dtype of `dtypes` (each computed once, with one forward)."""
+        p = self._prepared(attention_backward, self.options, max(dtypes, key=lambda d: np.dtype(d).itemsize))
+        if p is not None:
+            dout64 = _checked(dout, "dout", p.out_shape, "the shape of the attention output (..., L, Ev)",
+                              np.float64)
+            try:
+                return self._grads_tiles(p, dout, dout64, dtypes, fused, dbias, magnitude, progress)
+            except NotTiled:
+                pass
+        self._whole()
+        dout64 = as_real_array(dout, "dout").astype(np.float64)
+        ref = self.reference_grads(dout64)
+        return ref, self.reference_lse(), {d: self.naive_grads(dout, d, fused) for d in dtypes}
+
+    def _grads_tiles(self, p, dout, dout64, dtypes, fused, want_dbias, magnitude, progress):
+        batch = p.out_shape[:-2]
+        L, S, E, Ev = p.n_queries, p.n_keys, p.q.shape[-1], p.v.shape[-1]
+        ref = {name: np.empty(batch + shape) for name, shape in (("dq", (L, E)), ("dk", (S, E)), ("dv", (S, Ev)))}
+        ref_sinks = None if p.sinks is None else np.empty(batch)
+        target = np.zeros(p.bias.shape) if want_dbias and p.bias is not None else None
+        lse = np.empty((*batch, L))
+        naive_ps = {d: naive_problem(self.q, self.k, self.v, d, self.options) for d in dtypes}
+        extras = {d: shared_extra(naive_ps[d], d) for d in dtypes}
+        naive = {}
+        for d, naive_p in naive_ps.items():
+            work = naive_p.q.dtype
+            naive[d] = [np.empty(batch + shape, work) for shape in ((L, E), (S, E), (S, Ev))]
+            naive[d].append(np.empty((*batch, L, S), work) if target is not None else None)
+            naive[d].append(None if p.sinks is None else np.empty(batch, work))
+        dout = as_real_array(dout, "dout")
+        largest = [1.0]
+        lock = threading.Lock()
+        tasks, threads, done = units(p, progress)
+
+        def task(idx):
+            add = None if target is None else (lambda rows, cols, dx: add_bias_grad(target, idx, rows, cols, dx, lock))
+            r = reference(unit_problem(p, idx), dout64[at(idx)], magnitude=magnitude, dbias=add,
+                          one_blas_thread=idx is None)
+            for name in ref:
+                ref[name][at(idx)] = getattr(r, name)
+            if ref_sinks is not None:
+                ref_sinks[at(idx)] = r.dsinks
+            lse[at(idx)] = r.lse
+            largest.append(r.magnitude)
+            for d, naive_p in naive_ps.items():
+                grads = naive_backward_of(unit_problem(naive_p, idx), dout[at(idx)], d, fused, extras[d],
+                                          target is not None)
+                for into, grad in zip(naive[d], grads, strict=True):
+                    if into is not None:
+                        into[at(idx)] = grad
+
+        run(tasks, threads, task, done)
+        if magnitude:
+            self._magnitude = max(largest)
+        wide = {name: as_real_array(self.options[name], name).astype(np.float64) for name in ("bias", "sinks")
+                if self.options.get(name) is not None}
+        no_bias = dataclasses.replace(p, bias=None) if target is None else p
+        reference_grads = finish_grads(no_bias, self.q64, self.k64, self.v64, {**self.options, **wide}, ref["dq"],
+                                       ref["dk"], ref["dv"], target, ref_sinks, dtype=np.float64)
+        baselines = {}
+        for d, naive_p in naive_ps.items():
+            unbiased = dataclasses.replace(naive_p, bias=None) if target is None else naive_p
+            baselines[d] = finish_grads(unbiased, self.q, self.k, self.v, self.options, *naive[d], dtype=d)
+        return reference_grads, lse, baselines
 
     # --- the naive baseline -------------------------------------------------------------------------
 

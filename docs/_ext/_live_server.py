@@ -129,8 +129,9 @@ SECURITY_HEADERS = (("Content-Security-Policy", "frame-ancestors 'none'"), ("X-F
 WEBSOCKET_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"  # RFC 6455's constant for Sec-WebSocket-Accept
 # What the chapters read while they run, relative to the repository (and so to the kernels' scratch root):
 # docs/chapters/matplotlibrc (the figure style, read from the working folder), frameworks.md's record,
-# performance.md's ../../benchmarks/results.json.
+# performance.md's ../../benchmarks/results.json, testing_your_kernel.md's ../../benchmarks/check_speed.json.
 RUNTIME_FILES = ("docs/chapters/matplotlibrc", "docs/chapters/frameworks_record.json", "benchmarks/results.json",
+                 "benchmarks/check_speed.json",
                  "docs/chapters/gpu_record.json", "docs/chapters/sensitivity_record.json")
 # The client's services only: /api/status, the kernels' REST API and their WebSocket channels.
 KERNEL_SERVICES = ("api", "kernels")

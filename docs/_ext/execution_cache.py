@@ -62,6 +62,7 @@ def source_fingerprint() -> str:
         *sorted((ROOT / "attention_ref").glob("*.py")),
         DOCS / "chapters" / "matplotlibrc",
         ROOT / "benchmarks" / "results.json",  # read by the Performance chapter
+        ROOT / "benchmarks" / "check_speed.json",  # read by the testing page (what a check costs)
         DOCS / "chapters" / "frameworks_record.json",  # read without torch and JAX (attention_ref.records)
         *sorted((DOCS / "_ext" / "explorables").glob("*.py")),  # the explorable figures the chapters' cells compute
     ])

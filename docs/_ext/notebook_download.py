@@ -61,6 +61,8 @@ FRAMEWORKS = ("jax", "torch", "transformers")
 # page's own folder, some levels below ROOT).
 EMBEDDED = {
     "benchmarks/results.json": r'json\.loads\(Path\("(?:\.\./)+benchmarks/results\.json"\)\.read_text\(\)\)',
+    # Read by the testing page: what a check costs (benchmarks/check_speed.py).
+    "benchmarks/check_speed.json": r'json\.loads\(Path\("(?:\.\./)+benchmarks/check_speed\.json"\)\.read_text\(\)\)',
     # Read by the pages that compare with PyTorch or JAX where they are missing (attention_ref.records).
     "docs/chapters/frameworks_record.json": r"json\.loads\(RECORD_FILE\.read_text\(\)\)",
     # Read by the testing page: the checkers' record on GPU kernels and their measured sensitivity.

@@ -1,0 +1,272 @@
+"""The checkers' engine: the float64 reference and the naive baseline, one (batch, head) at a time.
+
+A check needs, for every query row, the float64 reference (output, log-sum-exp, and for the gradients the
+backward) and the naive baseline in the kernel's dtype. Computed on whole (B, H, L, S) arrays that costs
+memory growing with B * H * L * S and streams every elementwise step through it. Here the problem is cut
+into *units*, one element of the output's batch (a batch entry and a query head, with its key/value head),
+and the units run as tasks on the dense path's thread pool (`attention_ref._kernel.run_blocks`), each task
+writing its own slice of the results:
+
+- the reference runs in blocks of query rows (`attention_ref._kernel.block_rows`), each block visiting only
+  the keys a causal mask or window lets it see (`AttentionProblem.key_range`), with the forward and the
+  backward of a block done together: ``dq`` row by row, ``dk`` and ``dv`` accumulated over the blocks;
+- the baseline runs the textbook steps of `._baseline` on the unit whole, so that every product it rounds
+  has the shape it has in the whole-array computation and the baseline is the same, number for number;
+  one forward serves ``dq``, ``dk``, ``dv``, ``dbias`` and ``dsinks`` alike.
+
+A small problem runs as one task over every unit at once (the same steps, batched). What falls outside
+(non-finite input or scores, which the whole-array code handles as it always has) raises `NotTiled`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import threading
+from typing import Any
+
+import numpy as np
+
+from .._kernel import _PARALLEL_MIN, _one_blas_thread, block_rows, n_threads, run_blocks
+from ..backward import _broadcast_index, _sum_to
+from ._baseline import naive_extra, naive_forward_of
+
+__all__: list[str] = []  # private module
+
+#: (L, S) float32 arrays one unit of the naive backward holds at once, at most (the forward's scores,
+#: weights and exact weights, dropout's factors, dP, dS and their roundings), for the memory estimate.
+NAIVE_ARRAYS = 12
+#: From this many scores on, a problem run as one task computes its reference with BLAS on one thread
+#: (below, the limit costs more than the products).
+ONE_THREAD_SCORES = 1 << 16
+#: The share of the machine's memory a check may plan to hold at once.
+MEMORY_SHARE = 0.5
+
+
+class NotTiled(Exception):
+    """A unit met something the tiles leave to the whole-array computation (a NaN or infinite score)."""
+
+
+def machine_memory() -> int:
+    """Bytes of physical memory (a large number where the platform does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # pragma: no cover - not POSIX
+        return 1 << 40
+
+
+def plan_threads(p, itemsize: int) -> int:
+    """Threads for the units of `p` within `MEMORY_SHARE` of memory; a ValueError naming the size if not one fits."""
+    unit = fits(p.n_queries, p.n_keys, 1, itemsize)
+    return max(1, min(n_threads(), int(MEMORY_SHARE * machine_memory() // max(unit, 1))))
+
+
+def fits(L: int, S: int, n_units: int, itemsize: int) -> int:
+    """Bytes the check holds at once for `n_units` (batch, head) units of (L, S) scores; a ValueError, before
+    any work, when that is more than `MEMORY_SHARE` of the machine's memory."""
+    need = NAIVE_ARRAYS * n_units * L * S * max(itemsize, 4)
+    if need > MEMORY_SHARE * machine_memory():
+        what = "one (batch, head)" if n_units == 1 else f"its {n_units} (batch, head) pairs"
+        raise ValueError(
+            f"the check of (L, S) = ({L}, {S}) cannot run: {what} of its reference and baseline need about "
+            f"{need / 2**30:.3g} GiB at once (the (L, S) scores and weights), more than half of this machine's "
+            f"{machine_memory() / 2**30:.3g} GiB; check shorter sequences"
+        )
+    return need
+
+
+def unit_problem(p, idx):
+    """The problem `p` restricted to the unit `idx` of its output's batch (all of it when `idx` is None)."""
+    if idx is None:
+        return p
+
+    def at(arr):
+        return None if arr is None else arr[_broadcast_index(idx, arr.shape[:-2])]
+
+    sinks = None if p.sinks is None else p.sinks[_broadcast_index(idx, p.sinks.shape)]
+    return dataclasses.replace(p, q=at(p.q), k=at(p.k), v=at(p.v), mask=at(p.mask), bias=at(p.bias),
+                               alibi_slopes=at(p.alibi_slopes), sinks=sinks, dropout_mask=at(p.dropout_mask),
+                               out_shape=p.out_shape[-2:])
+
+
+def shared_extra(p, dtype):
+    """The baseline's rounded additive term when every unit has the same one (else False: each computes its own)."""
+    if p.alibi_slopes is not None:
+        return False
+    if any(a is not None and int(np.prod(a.shape[:-2])) != 1 for a in (p.mask, p.bias)):
+        return False
+    extra = naive_extra(p, dtype)
+    return None if extra is None else extra.reshape(extra.shape[-2:])
+
+
+@dataclasses.dataclass
+class Reference:
+    """The float64 reference of one unit (or all): output, log-sum-exp, largest score, and gradients."""
+
+    out: Any  # ndarray, or None when not asked for (and likewise below)
+    lse: np.ndarray
+    magnitude: float
+    dq: Any = None
+    dk: Any = None
+    dv: Any = None
+    dsinks: Any = None
+
+
+def reference(u, dout=None, *, out=True, magnitude=False, dbias=None, one_blas_thread=False) -> Reference:
+    """`reference_blocks`, with BLAS on one thread when asked (a small problem's tiles, run as one task:
+    `run` limits BLAS for units) and the problem has `ONE_THREAD_SCORES` scores or more."""
+    if not one_blas_thread or int(np.prod(u.out_shape[:-2])) * u.n_queries * u.n_keys < ONE_THREAD_SCORES:
+        return reference_blocks(u, dout, out=out, magnitude=magnitude, dbias=dbias)
+    with _one_blas_thread() or contextlib.nullcontext():
+        return reference_blocks(u, dout, out=out, magnitude=magnitude, dbias=dbias)
+
+
+def reference_blocks(u, dout=None, *, out=True, magnitude=False, dbias=None) -> Reference:
+    """The float64 reference of problem `u` (one unit, or a batch), by blocks of query rows.
+
+    With `dout` the backward too: ``dq`` (per expanded head), ``dk`` and ``dv`` (per query head, before
+    the group sums), ``dsinks`` per batch element; `dbias` is called as ``dbias(rows, cols, dx)`` with
+    each block's bias gradient. `magnitude`: also the largest finite score magnitude (else 0).
+    Raises `NotTiled` on a NaN or infinite row maximum.
+    """
+    batch = u.out_shape[:-2]
+    L, S, E, Ev = u.n_queries, u.n_keys, u.q.shape[-1], u.v.shape[-1]
+    q, k, v = (np.broadcast_to(a, batch + a.shape[-2:]) for a in (u.q, u.k, u.v))
+    sinks = None if u.sinks is None else np.broadcast_to(u.sinks, batch)[..., None]  # (..., 1)
+    keep = u.keep((*batch, L, S)) if u.has_dropout else None
+    inside = dataclasses.replace(u, window=None)  # blocks wholly inside the window need no band
+    grads = dout is not None
+    result = Reference(np.zeros((*batch, L, Ev)) if out or grads else None, np.full((*batch, L), -np.inf), 0.0)
+    if grads:
+        result.dq, result.dk, result.dv = (np.zeros(batch + shape) for shape in ((L, E), (S, E), (S, Ev)))
+        result.dsinks = None if sinks is None else np.zeros(batch)
+    block = block_rows(L, S, 8, threads=1, banded=u.window is not None)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        for r0 in range(0, L, block):
+            rows = slice(r0, min(L, r0 + block))
+            cols = slice(*u.key_range(rows))
+            x = q[..., rows, :] @ np.swapaxes(k[..., cols, :], -1, -2)  # (..., l, s)
+            x *= u.scale
+            capped = None
+            if u.softcap is not None:
+                x /= u.softcap
+                capped = np.tanh(x, out=x)
+                x = capped * u.softcap
+            extra = (inside if u.inside_window(rows, cols) else u).additive(rows, cols)
+            if extra is not None:
+                x = x + extra
+            top = x.max(axis=-1, initial=-np.inf)  # (..., l)
+            if sinks is not None:
+                top = np.maximum(top, sinks)
+            if not np.all(top < np.inf):  # NaN or +inf: the whole-array computation's business
+                raise NotTiled
+            if magnitude:
+                finite = x[np.isfinite(x)]
+                result.magnitude = max(result.magnitude, float(np.max(np.abs(finite), initial=0.0)))
+            shift = np.where(top > -np.inf, top, 0.0)
+            x -= shift[..., None]
+            weights = np.exp(x, out=x)
+            total = weights.sum(axis=-1)
+            if sinks is not None:
+                sink_e = np.exp(sinks - shift)
+                total += sink_e
+            safe = np.where(total > 0, total, 1.0)
+            result.lse[..., rows] = np.where(total > 0, shift + np.log(safe), -np.inf)
+            weights /= safe[..., None]
+            if not (out or grads):
+                continue
+            dropped = weights if keep is None else weights * keep[..., rows, cols] / (1.0 - u.dropout_p)
+            o = dropped @ v[..., cols, :]
+            result.out[..., rows, :] = o
+            if not grads:
+                continue
+            do = dout[..., rows, :]
+            delta = np.einsum("...le,...le->...l", do, o)  # D = rowsum(dO * O)
+            dp = do @ np.swapaxes(v[..., cols, :], -1, -2)
+            if keep is not None:
+                dp *= keep[..., rows, cols] / (1.0 - u.dropout_p)
+            dp -= delta[..., None]
+            dx = np.multiply(weights, dp, out=dp)  # dS = P * (dP - D): the bias's gradient
+            draw = dx if capped is None else dx * (1.0 - capped * capped)
+            result.dq[..., rows, :] = (draw @ k[..., cols, :]) * u.scale
+            result.dk[..., cols, :] += (np.swapaxes(draw, -1, -2) @ q[..., rows, :]) * u.scale
+            result.dv[..., cols, :] += np.swapaxes(dropped, -1, -2) @ do
+            if dbias is not None:
+                dbias(rows, cols, dx)
+            if sinks is not None:
+                result.dsinks -= np.sum(sink_e / safe * delta, axis=-1)
+    return result
+
+
+def add_bias_grad(target: np.ndarray, idx, rows: slice, cols: slice, dx: np.ndarray, lock) -> None:
+    """Add a block's bias gradient `dx` of unit `idx` (None: every unit) into `target`, the bias's shape."""
+    r = rows if target.shape[-2] != 1 else slice(None)
+    c = cols if target.shape[-1] != 1 else slice(None)
+    lead = () if idx is None else _broadcast_index(idx, target.shape[:-2])
+    where: tuple = (*lead, Ellipsis, r, c)
+    with lock:  # units may share a bias
+        view = target[where]
+        view += _sum_to(dx, view.shape)
+
+
+def units(p, progress: bool = False):
+    """``(tasks, threads, done)``: the units of `p` (one None task for a small problem), the threads to use,
+    and a function each task calls when finished (advancing a progress bar when asked and tqdm is there)."""
+    batch = p.out_shape[:-2]
+    n_units = int(np.prod(batch))
+    work = n_units * p.n_queries * p.n_keys
+    threads = plan_threads(p, 4)  # the baseline works in float32 (a float64 check runs on whole arrays)
+    tasks = [None] if work < _PARALLEL_MIN or n_units < 2 else list(np.ndindex(*batch))
+    return tasks, threads, progress_bar(len(tasks), progress)
+
+
+def progress_bar(total: int, progress: bool):
+    """A function to call once per finished task: a tqdm bar's update when asked and installed, else nothing."""
+    if not progress or total < 2:
+        return lambda: None
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        return lambda: None
+    bar = tqdm(total=total, desc="checking", unit="head", leave=False)
+    lock = threading.Lock()
+    count = [0]
+
+    def done():
+        with lock:
+            bar.update(1)
+            count[0] += 1
+            if count[0] == total:
+                bar.close()
+
+    return done
+
+
+def run(tasks, threads: int, fn, done) -> None:
+    """Run ``fn(task)`` for every task on the dense path's threads; `NotTiled` from any task propagates.
+
+    With several tasks (units) BLAS runs on one thread meanwhile, also when they run one after the other:
+    the tiles' products are small, and a multi-threaded BLAS spends more on waking its threads (and, on a
+    busy machine, on waiting for them) than the products take. One task (a small problem, every unit at
+    once) runs as the whole-array computation did, BLAS as configured."""
+    def task(idx):
+        fn(idx)
+        done()
+
+    if len(tasks) < 2:
+        task(tasks[0])
+        return
+    with _one_blas_thread() or contextlib.nullcontext():
+        run_blocks(task, tasks, _PARALLEL_MIN, threads=threads)
+
+
+def naive_forward(u, dtype, fused, intermediate, extra):
+    """The baseline's ``(out, lse)`` of unit `u` (`._baseline.naive_forward_of`)."""
+    _, _, _, _, out, lse, _, _ = naive_forward_of(u, dtype, intermediate, fused, extra=extra)
+    return out, lse
+
+
+def at(idx):
+    """The index of unit `idx` into a full-batch array (everything for None)."""
+    return (Ellipsis,) if idx is None else idx

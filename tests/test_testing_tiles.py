@@ -1,0 +1,128 @@
+"""attention_ref.testing._tiles: the checkers' reference and baseline, one (batch, head) at a time.
+
+The tiled computation must be the whole-array one: the float64 reference to rounding, the baseline number
+for number on a problem small enough to run as one task (and to a rounding of its dtype, where BLAS rounds
+its products otherwise on one thread). The report text itself is pinned by test_testing_reports.py.
+"""
+
+import sys
+
+import numpy as np
+import pytest
+
+import attention_ref as ar
+from attention_ref.testing import assert_attention_close, assert_attention_grads_close
+from attention_ref.testing._baseline import _naive_attention, _naive_backward
+from attention_ref.testing._problem import Problem
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+def problem(seed, dtype, B=2, H=4, Hkv=4, L=96, S=80, E=16):
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((B, H, L, E)).astype(dtype)
+    k, v = (rng.standard_normal((B, Hkv, S, E)).astype(dtype) for _ in range(2))
+    dout = rng.standard_normal((B, H, L, E)).astype(dtype)
+    return q, k, v, dout
+
+
+OPTIONS = {
+    "plain": {},
+    "causal bottom-right": {"is_causal": True, "causal_alignment": "bottom-right"},
+    "window, soft cap": {"window": (20, 3), "softcap": 2.0},
+    "alibi, sinks": {"alibi_slopes": np.array([0.1, 0.2, 0.3, 0.4]), "sinks": np.array([0.0, 1.0, -1.0, 2.0])},
+    "mask with empty rows": {"mask": np.arange(80) < np.arange(96)[:, None] - 10},
+    "bias per head": {"bias": np.random.default_rng(9).standard_normal((4, 96, 80))},
+    "dropout mask": {"dropout_p": 0.25, "dropout_mask": np.random.default_rng(8).random((2, 4, 96, 80)) > 0.25},
+    "grouped heads": {"enable_gqa": True},
+}
+
+
+@pytest.mark.parametrize("L", [96, 700], ids=["one task", "units"])
+@pytest.mark.parametrize("name", list(OPTIONS))
+def test_forward_is_the_whole_array_computation(name, L):
+    options = OPTIONS[name]
+    if L != 96:
+        options = {key: value for key, value in options.items() if key not in ("mask", "bias", "dropout_mask",
+                                                                              "dropout_p")}
+    Hkv = 2 if options.get("enable_gqa") else 4
+    q, k, v, _ = problem(0, BF16, L=L, Hkv=Hkv)
+    check = Problem(q, k, v, options, "test")
+    reference, lse, naive = check.forward(BF16, True, magnitude=True)
+    wide = [a.astype(np.float64) for a in (q, k, v)]
+    want, want_lse = ar.scaled_dot_product_attention(*wide, return_lse=True, **options)
+    np.testing.assert_allclose(reference, want, rtol=0, atol=1e-13)
+    np.testing.assert_allclose(lse, want_lse, rtol=0, atol=1e-12)
+    whole = _naive_attention(q, k, v, BF16, options).astype(np.float32)
+    if L == 96:  # one task: the same products, the same numbers
+        np.testing.assert_array_equal(naive.astype(np.float32), whole)
+    else:  # BLAS on one thread may round a product otherwise: at most a rounding of bfloat16 apart
+        assert np.max(np.abs(naive.astype(np.float32) - whole)) <= 2.0**-7 * np.max(np.abs(whole))
+        assert np.mean(naive.astype(np.float32) == whole) > 0.99
+    plain = {key: value for key, value in options.items() if not key.startswith("dropout")}
+    scores = ar.attention._scores(ar.attention.prepare_attention(*wide, **plain))
+    largest = max(1.0, float(np.max(np.abs(scores[np.isfinite(scores)]))))
+    assert check.score_magnitude() == pytest.approx(largest, rel=1e-12)
+
+
+@pytest.mark.parametrize("L", [96, 700], ids=["one task", "units"])
+@pytest.mark.parametrize("name", list(OPTIONS))
+def test_gradients_are_the_whole_array_computation(name, L):
+    options = OPTIONS[name]
+    if L != 96:
+        options = {key: value for key, value in options.items() if key not in ("mask", "bias", "dropout_mask",
+                                                                              "dropout_p")}
+    Hkv = 2 if options.get("enable_gqa") else 4
+    q, k, v, dout = problem(1, np.float16, L=L, Hkv=Hkv)
+    check = Problem(q, k, v, options, "test")
+    reference, lse, baselines = check.grads_pass(dout, [np.dtype(np.float16)], True, dbias="bias" in options)
+    wide = [a.astype(np.float64) for a in (q, k, v, dout)]
+    want = ar.attention_backward(*wide, **options)
+    plain = {key: value for key, value in options.items() if not key.startswith("dropout")}
+    np.testing.assert_allclose(lse, ar.scaled_dot_product_attention(*wide[:3], return_lse=True, **plain)[1],
+                               rtol=0, atol=1e-12)
+    for got, expected in zip(reference, want, strict=True):
+        if expected is None:
+            continue
+        np.testing.assert_allclose(got, expected, rtol=0, atol=1e-12 * max(1.0, np.max(np.abs(expected))))
+    whole = _naive_backward(q, k, v, dout, np.dtype(np.float16), options)
+    for field in ("dq", "dk", "dv", "dbias", "dsinks"):
+        got, expected = getattr(baselines[np.dtype(np.float16)], field), getattr(whole, field)
+        if expected is None:
+            continue
+        if L == 96:
+            np.testing.assert_array_equal(got, expected, err_msg=field)
+        else:
+            assert np.max(np.abs(got.astype(np.float32) - expected)) <= 2.0**-9 * np.max(np.abs(expected)), field
+
+
+def test_a_problem_too_large_for_memory_is_refused_before_any_work():
+    q = np.zeros((1, 1, 10**6, 2), np.float16)
+    with pytest.raises(ValueError, match=r"\(L, S\) = \(1000000, 1000000\) cannot run: one \(batch, head\) "
+                                         r"of its reference and baseline need about 4.47e\+04 GiB"):
+        assert_attention_close(q, q, q, q)
+    with pytest.raises(ValueError, match=r"\(L, S\) = \(1000000, 1000000\) cannot run"):  # the whole-array path
+        assert_attention_close(q.astype(np.float64), q, q, q.astype(np.float64))
+
+
+@pytest.mark.parametrize("tqdm", [True, False], ids=["tqdm", "without tqdm"])
+def test_progress_is_shown_when_asked_and_changes_nothing(tqdm, monkeypatch, capsys):
+    if not tqdm:
+        monkeypatch.setitem(sys.modules, "tqdm", None)
+        monkeypatch.setitem(sys.modules, "tqdm.auto", None)
+    else:
+        pytest.importorskip("tqdm")
+    q, k, v, dout = problem(2, np.float16, L=700, S=700)
+    grads = ar.attention_backward(*(a.astype(np.float32) for a in (q, k, v, dout)), is_causal=True)
+    grads = [g.astype(np.float16) for g in grads[:3]]
+    assert_attention_grads_close(grads, q, k, v, dout, is_causal=True, progress=True)
+    shown = capsys.readouterr().err
+    assert ("checking" in shown) == tqdm
+    assert_attention_grads_close(grads, q, k, v, dout, is_causal=True)
+    assert capsys.readouterr().err == ""
+    wrong = [g.copy() for g in grads]
+    wrong[0][1, 2, 5] += np.float16(0.1)
+    with pytest.raises(AssertionError, match=r"^dq: 16 of 89600 elements .*\n.*\n.*\n.*\nwhere they are:\n"
+                                             r"batch 1, head 2: row 5 \(16 elements\)$"):
+        assert_attention_grads_close(wrong, q, k, v, dout, is_causal=True, progress=True)
