@@ -137,7 +137,7 @@ def calibrate(calibration=CALIBRATION) -> dict:
     fit = list(fit)
     for index in shared[1:]:
         fit.insert(index, fit[shared[0]])
-    return dict(zip(names, (float(value) for value in fit)))
+    return dict(zip(names, (float(value) for value in fit), strict=True))
 
 
 @dataclass(frozen=True)
@@ -323,7 +323,8 @@ def shown_outputs(doctree) -> Outputs:
         tags = cell.get("cell_metadata", {}).get("tags", [])
         if cell.get("hide_mode") in {"all", "output", "input+output"} or "explorable" in tags or _in_fold(cell):
             continue
-        for output in cell.findall(lambda n: isinstance(n, nodes.container) and n.get("nb_element") == "cell_code_output"):
+        outputs = cell.findall(lambda n: isinstance(n, nodes.container) and n.get("nb_element") == "cell_code_output")
+        for output in outputs:
             for child in output.children:
                 if isinstance(child, nodes.container) and child.get("nb_element") == "mime_bundle":
                     kinds = {part.get("mime_type", ""): part for part in child.children}
