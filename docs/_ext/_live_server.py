@@ -796,7 +796,7 @@ class LiveServer:
         if self.process and self.process.poll() is None:
             self.process.terminate()  # jupyter_server shuts its kernels down on SIGTERM
             try:
-                self.process.wait(15)
+                self.process.wait(10)
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()

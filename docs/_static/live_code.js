@@ -55,7 +55,10 @@
     if (framed) return null;
     try { return sessionStorage.getItem(SESSION); } catch (error) { return null; }
   };
-  let refusal = null; // what the server said of this tab's link or session, when it refused it
+  const REFUSAL = "attentionRefLiveRefusal"; // sessionStorage key: why this tab's last link was refused
+  const refusal = () => {
+    try { return REFUSED[sessionStorage.getItem(REFUSAL)] || null; } catch (error) { return null; }
+  };
 
   // An error the status line shows; a `complete` one is a whole explanation, shown without "Live code failed:".
   class LiveError extends Error {
@@ -124,11 +127,15 @@
         method: "POST", cache: "no-store", headers: { "X-Live-Key": found[1] },
       });
       if (!response.ok) {
-        refusal = REFUSED[(await response.json().catch(() => ({}))).link] || null;
-        if (refusal) warn(refusal); // a link used by someone else is said at once, not when Live code is pressed
+        const why = (await response.json().catch(() => ({}))).link;
+        if (REFUSED[why]) {
+          sessionStorage.setItem(REFUSAL, why); // said again by the Live code button of this tab's pages
+          warn(REFUSED[why]); // a link used by someone else is said at once, not only when Live code is pressed
+        }
         return false;
       }
       sessionStorage.setItem(SESSION, (await response.json()).session);
+      sessionStorage.removeItem(REFUSAL);
       return true;
     } catch (error) {
       return false;
@@ -144,7 +151,7 @@
   // Why the server refused this tab's session (403): it ended, or this tab never had one.
   async function refusedBecause(response) {
     const found = await response.json().catch(() => ({}));
-    return ENDED[found.ended] || refusal || NOT_LET_IN;
+    return ENDED[found.ended] || refusal() || NOT_LET_IN;
   }
 
   async function localServer() {
