@@ -3,10 +3,13 @@
 The server is the one ``make serve`` runs (``docs/_ext/_live_server.py``), started here on free loopback ports
 over the built site (``BOOK_SITE`` or ``docs/_build/html``). The browser is test_site's: offline (every request
 to another host goes to a dead proxy and is recorded), with its axe checks in both colour modes. A reader starts
-from the link the server prints. Also: the book server's locks, probed as an attacker would (raw HTTP without
-the cookie, a wrong or spent key, another Host, Origin or site, malformed paths, directory listings, another
-user; a page of another loopback port and a DNS-rebinding page in Chromium), the kernel server's (no token or
-another origin refused, only the kernels' API, kernels in a scratch folder without the token), a page with no
+from the link in the private page whose address the server prints. Also: the book server's locks, probed as an
+attacker would (raw HTTP without the cookie, a wrong or spent key, another Host, Origin or site, malformed paths,
+directory listings, another user; a page of another loopback port and a DNS-rebinding page in Chromium), and
+against another local user (uid 65534): the key in no printed line or command line, a key used first by someone
+else seen, no lock-out at the connection cap, sessions that end (idle or old), no traceback for junk request
+lines, nothing of a run left after a hang-up or a SIGKILL; the kernel server's locks (no token or another origin
+refused, only the kernels' API, kernels in a scratch folder without the token), a page with no
 kernel or not let in says why, Binder is used when the build knows the repository, and the hosted configuration
 makes correct launch links.
 
@@ -2049,7 +2052,6 @@ def test_malformed_request_lines_are_answered_not_printed(tiny_site):
     served = _MakeServe(tiny_site)
     port = served.served.httpd.server_address[1]
     try:
-        served.link_file()
         # (A server that closes at once may reset the connection while the rest of the line is still sent.)
         script = ("trap '' PIPE; exec 3<>/dev/tcp/127.0.0.1/$1; printf '%s' \"$2\" >&3; "
                   "IFS= read -r -t 10 line <&3; printf '%s\\n' \"$line\"")

@@ -25,6 +25,8 @@ import sys
 import threading
 import time
 
+from _live_gate import printable
+
 MAX_CONNECTIONS = 64  # connections to the book server at a time (a tab opens up to 6, a kernel's WebSocket 1)
 READ_TIMEOUT = 30  # s a connection may stay silent before the book server closes it
 IDLE_WITHOUT_SESSION = 5  # s the same, for a connection on which no request has shown a live session
@@ -159,7 +161,7 @@ class BookServer(http.server.ThreadingHTTPServer):
             while frame.tb_next:
                 frame = frame.tb_next
             where = f"{frame.tb_frame.f_code.co_filename.rsplit('/', 1)[-1]}:{frame.tb_lineno}"
-            self.notice(f"a request failed: {type(error).__name__}: {str(error)[:200]} ({where})")
+            self.notice(f"a request failed: {type(error).__name__}: {printable(str(error))} ({where})")
 
 
 class DeadlineReader(socket.SocketIO):

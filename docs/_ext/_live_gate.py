@@ -52,6 +52,7 @@ def write_redirect(path: Path, link: str):
             f"<meta http-equiv=\"refresh\" content=\"0;url={quoted}\"><title>Opening the book</title></head>\n"
             f"<body><p>Opening <a href=\"{quoted}\">the book, with live code</a>...</p></body></html>\n")
     partial = path.with_name(path.name + ".partial")
+    partial.unlink(missing_ok=True)
     descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(descriptor, "w", encoding="utf-8") as file:
         file.write(text)
