@@ -3,10 +3,13 @@
 The server is the one ``make serve`` runs (``docs/_ext/_live_server.py``), started here on free loopback ports
 over the built site (``BOOK_SITE`` or ``docs/_build/html``). The browser is test_site's: offline (every request
 to another host goes to a dead proxy and is recorded), with its axe checks in both colour modes. A reader starts
-from the link the server prints. Also: the book server's locks, probed as an attacker would (raw HTTP without
-the cookie, a wrong or spent key, another Host, Origin or site, malformed paths, directory listings, another
-user; a page of another loopback port and a DNS-rebinding page in Chromium), the kernel server's (no token or
-another origin refused, only the kernels' API, kernels in a scratch folder without the token), a page with no
+from the link in the private page whose address the server prints. Also: the book server's locks, probed as an
+attacker would (raw HTTP without the cookie, a wrong or spent key, another Host, Origin or site, malformed paths,
+directory listings, another user; a page of another loopback port and a DNS-rebinding page in Chromium), and
+against another local user (uid 65534): the key in no printed line or command line, a key used first by someone
+else seen, no lock-out at the connection cap, sessions that end (idle or old), no traceback for junk request
+lines, nothing of a run left after a hang-up or a SIGKILL; the kernel server's locks (no token or another origin
+refused, only the kernels' API, kernels in a scratch folder without the token), a page with no
 kernel or not let in says why, Binder is used when the build knows the repository, and the hosted configuration
 makes correct launch links.
 
@@ -28,6 +31,7 @@ import threading
 import time
 import types
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import ClassVar
@@ -920,7 +924,7 @@ def test_a_wrong_key_lets_nobody_in(live):
     for wrong in ("wrong", key[:-1], key + "x", "", key.upper() if key.upper() != key else key.lower()):
         status, _, answer = _raw(live, "/_live/session", [*_page_headers(live), ("X-Live-Key", wrong)],
                                  method="POST", body=b"")
-        assert status == 403 and set(json.loads(answer)) == {"refused"}, wrong
+        assert status == 403 and json.loads(answer)["link"] == "unknown", wrong  # nothing said of the real key
     # Without the page's headers even the right key is refused (and stays unused).
     assert _refused(live, "/_live/session", [("X-Live-Key", key)], method="POST", body=b"") == 403
     assert _refused(live, "/_live/session", [SAME_ORIGIN, ("Origin", "http://127.0.0.1:9"), ("X-Live-Key", key)],
@@ -1116,32 +1120,10 @@ def test_a_trickling_client_is_cut_at_the_deadline(bare_book):
     assert 1.2 < cut < 4, cut
 
 
-def test_one_connection_over_the_cap_is_refused_at_once(bare_book):
-    port = bare_book.httpd.server_address[1]
-    held = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(4)]
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=10) as extra:
-            start = time.monotonic()
-            answer = extra.recv(4096)
-            assert time.monotonic() - start < 0.5
-        assert answer.startswith(b"HTTP/1.1 503 ") and b"X-Frame-Options: DENY" in answer, answer
-    finally:
-        for connection in held:
-            connection.close()
-    deadline = time.monotonic() + 10
-    while True:  # the held connections' threads end: connections are accepted again
-        try:
-            if _raw(bare_book, "/")[0] == 200:
-                break
-        except (OSError, http.client.HTTPException):
-            pass
-        assert time.monotonic() < deadline, "the server did not accept connections again"
-        time.sleep(0.1)
-
-
 def test_make_serve_prints_a_link_that_works_once_and_expires(tmp_path):
-    """The program `make serve` runs: its printed link lets in once, then the terminal gets a notice, not a
-    link; Enter prints a new link, which expires unused; at stop its private folder (the kernel server's log,
+    """The program `make serve` runs: the link in the page it shows lets in once, then the terminal gets a
+    notice, not a link; Enter writes a new link, which expires unused; at stop its private folder (the kernel
+    server's log,
     connection files and sockets) is deleted, and a run that ran code (with history, and matplotlib) created
     nothing outside it: its home and temporary folders (given to it empty) are empty again."""
     if not (SITE / CHAPTER).is_file():
@@ -1190,11 +1172,16 @@ def test_make_serve_prints_a_link_that_works_once_and_expires(tmp_path):
         except urllib.error.HTTPError as error:
             return error.code
 
+    def link_in(shown):
+        """The link in the page whose file:// address `shown` (a match) holds."""
+        page = Path(urllib.parse.urlsplit(shown.group(1)).path)
+        return re.search(r'url=(http://127\.0\.0\.1:\d+/#live-key=[\w-]+)"', page.read_text()).group(1)
+
     sessions = []
     try:
         run_dir = Path(next_line(r"log, deleted at stop: (\S+)\)").group(1)).parent
         assert run_dir.stat().st_mode & 0o777 == 0o700
-        link = next_line(r"http://127\.0\.0\.1:\d+/#live-key=[\w-]+").group(0)
+        link = link_in(next_line(r"open (file://\S+) "))
         assert trade(link) == 200
         notice = next_line(r"used")
         assert "live-key" not in notice.string and "Enter" in notice.string
@@ -1209,7 +1196,7 @@ def test_make_serve_prints_a_link_that_works_once_and_expires(tmp_path):
         assert found.strip() == ":memory:", found
         process.stdin.write("\n")
         process.stdin.flush()
-        fresh = next_line(r"http://127\.0\.0\.1:\d+/#live-key=[\w-]+").group(0)
+        fresh = link_in(next_line(r"open (file://\S+) "))
         assert fresh != link
         expired = next_line(r"expired")  # after 3 s unused
         assert "live-key" not in expired.string
@@ -1243,7 +1230,7 @@ def test_a_browser_not_let_in_reads_the_book_and_is_told_how(browser, live):
         assert seen.page.locator(".cell_input").first.is_visible()  # the book reads normally
         status = _press_live_code(seen)
         assert seen.page.evaluate("attentionRefLiveCode.state") == "failed"
-        assert "make serve" in status and f"{live.origin}/#live-key=" in status and "Enter" in status, status
+        assert "make serve" in status and "file://" in status and "Enter" in status, status
         assert seen.foreign == []
         # Then the reader opens a new link, under localhost as they may type it: sent to 127.0.0.1, the key
         # (in the fragment) kept by the browser across the redirect.
@@ -1632,3 +1619,494 @@ def test_a_book_with_a_repository_links_binder_and_colab(tmp_path):
     download = json.loads((out / "_sources" / "text.ipynb").read_text())
     assert download["cells"][0]["metadata"]["tags"] == ["setup"]
     assert "'attention_ref @ git+https://github.com/example/book.git@stable'" in "".join(download["cells"][0]["source"])
+
+
+# -- make serve against another local user: the key, the cap, the sessions' end, junk, a hang-up ------------------
+
+
+class _MakeServe:
+    """The program `make serve` runs, over `site` on a free port, in a process group of its own (as a terminal's
+    job), with `arguments`; its output read line by line."""
+
+    def __init__(self, site, *arguments):
+        import queue
+
+        self.process = subprocess.Popen([sys.executable, str(EXT / "_live_server.py"), "--port", "0", *arguments,
+                                         str(site)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.seen: list[str] = []
+        self.reader = threading.Thread(target=lambda: [self.lines.put(line) for line in self.process.stdout],
+                                       daemon=True)
+        self.reader.start()
+        self.run_dir = Path(self.next_line(r"log, deleted at stop: (\S+)\)").group(1)).parent
+        port = int(self.next_line(r"The book: http://127\.0\.0\.1:(\d+)/").group(1))
+        self.served = types.SimpleNamespace(httpd=types.SimpleNamespace(server_address=(HOST, port)),
+                                            origin=f"http://{HOST}:{port}", url=f"http://{HOST}:{port}/")
+
+    def next_line(self, pattern, timeout=READY / 1000):
+        """The next line printed that matches `pattern`."""
+        import queue
+
+        while True:
+            try:
+                self.seen.append(self.lines.get(timeout=timeout))
+            except queue.Empty:
+                raise AssertionError(f"nothing matching {pattern!r} printed; it printed {self.seen}") from None
+            found = re.search(pattern, self.seen[-1])
+            if found:
+                return found
+
+    def link_file(self):
+        """The page whose address the terminal shows for the next link (waiting for that line)."""
+        return Path(urllib.parse.urlsplit(self.next_line(r"open (file://\S+) ").group(1)).path)
+
+    def session(self):
+        """A session bought with the key of the page the terminal shows, as the page's script buys it."""
+        link = re.search(r'url=([^"]+)"', self.link_file().read_text()).group(1)
+        status, answer = _trade(self.served, link)
+        assert status == 200, answer
+        return answer["session"]
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.terminate()
+        self.process.wait(30)
+        self.reader.join(30)
+        self.process.stdout.close()
+        self.process.stdin.close()
+        while not self.lines.empty():  # `seen`: all it printed
+            self.seen.append(self.lines.get())
+
+
+@pytest.fixture
+def tiny_site(tmp_path):
+    """A book of one page (``make serve`` needs no more to serve and start kernels)."""
+    ext_module("_live_server", "jupyter_server")
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "index.html").write_text("<!doctype html><title>book</title>")
+    return site
+
+
+def _as_nobody(*command):
+    """`command` started (not waited for) as uid and gid 65534, without supplementary groups; skips (fails in CI)
+    where this process cannot switch users."""
+    import shutil
+
+    setpriv = shutil.which("setpriv")
+    if os.geteuid() != 0 or not setpriv:
+        _missing("root and setpriv (util-linux), to act as another local user")
+    return subprocess.Popen([setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", *command],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_the_terminal_shows_a_private_page_never_a_link_with_the_key(tiny_site):
+    """No line `make serve` prints holds a key or a URL to the kernels: it shows the file:// address of a page
+    (mode 0600, in the run's private folder) that redirects to the link; that page is deleted when its key is
+    used, and a new one (Enter) when its key expires."""
+    served = _MakeServe(tiny_site, "--link-seconds", "4")
+    try:
+        page = served.link_file()
+        assert page.parent == served.run_dir and served.run_dir.stat().st_mode & 0o777 == 0o700
+        assert page.stat().st_mode & 0o777 == 0o600 and page.stat().st_uid == os.geteuid()
+        link = re.search(r'url=([^"]+)"', page.read_text()).group(1)
+        assert link.startswith(f"{served.served.origin}/#live-key=")
+        assert _trade(served.served, link)[0] == 200
+        served.next_line(r"was used at")
+        assert not page.exists()  # used: gone
+        served.process.stdin.write("\n")
+        served.process.stdin.flush()
+        fresh = served.link_file()
+        assert fresh.exists() and re.search(r"#live-key=([\w-]+)", fresh.read_text()).group(0) not in link
+        served.next_line(r"expired")  # after 4 s unused
+        assert not fresh.exists()
+    finally:
+        served.stop()
+    printed_lines = "".join(served.seen)
+    assert "live-key" not in printed_lines and not re.search(r"https?://\S*#", printed_lines), printed_lines
+    assert not served.run_dir.exists()
+
+
+def test_a_stolen_key_is_seen(live):
+    """Another local user who got a key and used it first (as uid 65534, with every header a page sends) is
+    seen: the terminal says when and with which User-Agent (made safe for a terminal); the reader's tab is told
+    that its link was already used, and what to do."""
+    import shutil
+
+    curl = shutil.which("curl")
+    if not curl:
+        _missing("curl, to send another local user's request")
+    link = live.new_link()
+    key = link.split("#live-key=")[1]
+    before = len(printed)
+    thief = _as_nobody(curl, "-s", "-X", "POST", "-H", f"X-Live-Key: {key}", "-H", "Sec-Fetch-Site: same-origin",
+                       "-H", f"Origin: {live.origin}", "-A", "ThiefBrowser/6.6 \x1b[2J", f"{live.url}_live/session")
+    out, err = thief.communicate(timeout=60)
+    assert '"session"' in out, (out, err)
+    notice = printed[before]
+    used = re.search(r"used at (\d\d):(\d\d):(\d\d) by a browser that says it is \"ThiefBrowser/6\.6 \?\[2J\"",
+                     notice)
+    assert used, notice
+    assert abs(int(used.group(1)) * 60 + int(used.group(2)) - (time.localtime().tm_hour * 60
+                                                                 + time.localtime().tm_min)) in (0, 1, 1439)
+    assert "\x1b" not in notice and "stop `make serve`" in notice
+    status, answer = _trade(live, link)  # the reader's tab, second
+    assert status == 403 and answer["link"] == "used", answer
+    assert "if not by you, stop `make serve`" in (EXT.parent / "_static" / "live_code.js").read_text()
+
+
+@pytest.mark.browser
+def test_a_tab_whose_link_was_used_says_so(browser, live):
+    link = live.new_link()
+    assert _trade(live, link)[0] == 200  # someone else was first
+    seen = Visit(browser, "about:blank", "light")
+    try:
+        seen.open(link)
+        assert seen.page.evaluate("attentionRefLiveCode.admitted") is False
+        alert = seen.page.get_by_role("alert")
+        assert "this link was already used: if not by you, stop `make serve`" in alert.inner_text()
+        assert "Press Enter in the terminal of `make serve`" in alert.inner_text()
+        seen.open(urljoin(live.url, CHAPTER))  # the same tab, on: Live code says why it cannot run
+        status = _press_live_code(seen)
+        assert "already used" in status and "file://" in status, status
+    finally:
+        _leave(seen)
+
+
+@pytest.mark.browser
+def test_the_reader_opens_the_page_the_terminal_shows(browser, live):
+    """The file:// page (as the terminal shows it) takes the tab to the book with a session, the key out of the
+    address bar; the page is deleted."""
+    live.new_link()
+    seen = Visit(browser, "about:blank", "light")
+    try:
+        seen.page.goto(live.link_file.as_uri())
+        seen.page.wait_for_url(re.compile(re.escape(live.origin)), wait_until="load")
+        assert seen.page.evaluate("attentionRefLiveCode.admitted") is True
+        assert seen.page.url == live.url
+        assert not live.link_file.exists()
+    finally:
+        _leave(seen)
+
+
+# A local user's bash holding COUNT keep-alive connections to the book server, a HEAD on each every second,
+# reconnecting any the server closes (SIGPIPE ignored: a write to a closed one fails, then it is opened again).
+HOLD_CONNECTIONS = r"""
+trap '' PIPE
+port=$1 count=$2
+declare -a fds
+connect() { exec {fd}<>"/dev/tcp/127.0.0.1/$port" 2>/dev/null && fds[$1]=$fd; }
+for ((i = 0; i < count; i++)); do connect $i; done
+echo held
+while :; do
+  for ((i = 0; i < count; i++)); do
+    { printf 'HEAD / HTTP/1.1\r\nHost: 127.0.0.1:%s\r\n\r\n' "$port" >&"${fds[$i]}"; } 2>/dev/null || {
+      exec {fds[$i]}>&- 2>/dev/null; connect $i; }
+  done
+  sleep 1
+done
+"""
+
+
+def test_another_user_holding_every_connection_locks_the_reader_out_in_vain(live):
+    """uid 65534 holds the cap's worth of idle keep-alive connections (64) and keeps them busy with a HEAD a
+    second; the reader still gets the page, and a kernel that runs code (the idle ones are dropped for them)."""
+    port = live.httpd.server_address[1]
+    holder = _as_nobody("bash", "-c", HOLD_CONNECTIONS, "hold", str(port), str(live.httpd.max_connections))
+    try:
+        assert holder.stdout.readline() == "held\n", holder.stderr.read()
+        time.sleep(2)
+        assert live.httpd.active == live.httpd.max_connections  # the cap is reached, by the other user
+        for target in ("/", f"/{CHAPTER}", "/_static/live_code.js"):
+            assert _raw(live, target)[0] == 200, target
+        assert _execute(live, "print(6 * 7)").strip() == "42"
+        assert holder.poll() is None  # the other user held on all along
+    finally:
+        holder.kill()
+        holder.communicate(timeout=30)
+
+
+def _serve_bare(tmp_path, handler=None, **limits):
+    """A book server alone over a one-page book, serving; stop() it."""
+    module = ext_module("_live_server")
+    site = tmp_path / "site"
+    site.mkdir(exist_ok=True)
+    (site / "index.html").write_text("<!doctype html><title>book</title>")
+    server = module.LiveServer(site, **({"handler": handler} if handler else {}), **limits)
+    threading.Thread(target=server.httpd.serve_forever, daemon=True).start()
+    return server
+
+
+def _closed(connection, within):
+    """Whether the server closes `connection` within `within` seconds."""
+    connection.settimeout(within)
+    try:
+        while connection.recv(65536):
+            pass
+        return True
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+def test_at_the_cap_the_longest_idle_connection_makes_room(tmp_path):
+    """At the cap a newcomer is served, and the connection idle longest is the one closed; a connection whose
+    request is being answered is never dropped: only when all are does the newcomer get 503."""
+    module = ext_module("_live_server")
+    release = threading.Event()
+
+    class Slow(module.BookHandler):
+        def do_GET(self):
+            self._arrived()  # the request is in: it is being answered
+            if self.path == "/slow":
+                release.wait(30)
+            return super().do_GET()
+
+    server = _serve_bare(tmp_path, Slow, max_connections=4, idle_without_session=30)
+    port = server.httpd.server_address[1]
+    held, busy = [], []
+    try:
+        for _ in range(4):
+            held.append(socket.create_connection((HOST, port), timeout=10))
+            time.sleep(0.1)
+        deadline = time.monotonic() + 10
+        while server.httpd.active < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _raw(server, "/")[0] == 200  # one more: served
+        assert _closed(held[0], 2)  # the oldest idle one made room
+        assert not _closed(held[3], 0.3)
+        for connection in held:
+            connection.close()
+        time.sleep(0.5)
+        busy.extend(socket.create_connection((HOST, port), timeout=10) for _ in range(4))
+        for connection in busy:
+            connection.sendall(f"GET /slow HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
+        deadline = time.monotonic() + 10
+        while sum(state.waiting_since is None for state in list(server.httpd.connections.values())) < 4:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        with socket.create_connection((HOST, port), timeout=10) as extra:
+            assert extra.recv(4096).startswith(b"HTTP/1.1 503 ")  # every connection is being answered
+        # An answer without a session that takes too long (a client reading on purpose slowly) makes room.
+        server.httpd.slow_answer = 0.5
+        time.sleep(0.6)
+        assert _raw(server, "/")[0] == 200
+        release.set()
+        answers = [connection.recv(4096) for connection in busy]
+        # One was dropped; the others are answered (404: /slow is no page of the book).
+        assert answers.count(b"") == 1 and all(a.startswith(b"HTTP/1.1 404 ") for a in answers if a), answers
+    finally:
+        release.set()
+        for connection in [*held, *busy]:
+            connection.close()
+        server.stop()
+
+
+def test_a_connection_without_a_session_idles_briefly(tmp_path):
+    """A keep-alive connection on which no request showed a session is closed after `idle_without_session`
+    seconds of silence; one that showed a live session waits the longer `read_timeout`."""
+    server = _serve_bare(tmp_path, read_timeout=30, idle_without_session=0.5)
+    port = server.httpd.server_address[1]
+    request = f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode()
+    try:
+        with socket.create_connection((HOST, port), timeout=10) as plain:
+            plain.sendall(request)
+            time.sleep(0.2)
+            assert plain.recv(65536).startswith(b"HTTP/1.1 200 ")
+            start = time.monotonic()
+            assert _closed(plain, 5) and time.monotonic() - start < 2
+        session = _session(server)
+        with socket.create_connection((HOST, port), timeout=10) as reader:
+            reader.sendall(f"GET /_live/config.json HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{session[0]}: "
+                           f"{session[1]}\r\nSec-Fetch-Site: same-origin\r\n\r\n".encode())
+            time.sleep(0.2)
+            assert reader.recv(65536).startswith(b"HTTP/1.1 200 ")
+            assert not _closed(reader, 1.5)  # three times the short idle time, and open
+            reader.sendall(request)
+            assert reader.recv(65536).startswith(b"HTTP/1.1 200 ")
+    finally:
+        server.stop()
+
+
+def _frame(opcode, payload, masked=True):
+    """One WebSocket frame as a client sends it (masked with a zero mask: the payload unchanged)."""
+    length = len(payload)
+    size = (bytes([length | (0x80 if masked else 0)]) if length < 126 else
+            bytes([126 | (0x80 if masked else 0)]) + length.to_bytes(2, "big") if length < 65536 else
+            bytes([127 | (0x80 if masked else 0)]) + length.to_bytes(8, "big"))
+    return bytes([0x80 | opcode]) + size + (b"\0\0\0\0" if masked else b"") + payload
+
+
+def test_only_messages_count_as_the_readers_use():
+    """Pings, pongs and closes are no use of the session; text, binary and continuation frames are, however the
+    bytes are cut into chunks."""
+    module = ext_module("_live_connections")
+    pong, ping, text = _frame(0xA, b"x" * 3), _frame(0x9, b""), _frame(0x1, b"{" + b"y" * 300 + b"}")
+    binary = _frame(0x2, b"z" * 70000)
+    for stream, counts in [(pong * 5, False), (ping + pong, False), (_frame(0x8, b"\x03\xe8"), False),
+                           (text, True), (pong + text, True), (binary, True), (pong + binary + pong, True)]:
+        frames = module.ClientFrames()
+        assert frames.feed(stream) is counts, stream[:20]
+        for cut in (1, 2, 3, 7, 300):  # the same bytes, cut anywhere
+            frames = module.ClientFrames()
+            assert any([frames.feed(stream[at:at + cut]) for at in range(0, len(stream), cut)]) is counts
+    frames = module.ClientFrames()  # after a long message, a pong is still a pong
+    assert frames.feed(binary[:1000]) and not frames.feed(binary[1000:]) and not frames.feed(pong)
+
+
+def test_a_tab_that_only_answers_pings_is_not_kept_alive(live):
+    """A session whose WebSocket only sends pongs (as an open tab answers the kernel server's pings) is idle:
+    it expires and its WebSocket is closed; a message to the kernel is use."""
+    session = _session(live)[1]
+    kernel = _proxied(live, session, "")[1]["id"]
+    status, _, (socket_, response) = _kernel_handshake(live, kernel, session, keep=True)
+    assert status == 101
+    try:
+        message = json.dumps({"header": {"msg_id": "m1", "msg_type": "kernel_info_request", "session": "s",
+                                         "username": "", "date": "2026-01-01T00:00:00Z", "version": "5.3"},
+                              "parent_header": {}, "metadata": {}, "content": {}, "channel": "shell",
+                              "buffers": []}).encode()
+        with live.gate.lock:
+            live.gate.sessions[session] -= 60
+            before = live.gate.sessions[session]
+        socket_.sendall(_frame(0x1, message))
+        deadline = time.monotonic() + 10
+        while live.gate.sessions.get(session) == before:
+            assert time.monotonic() < deadline, "a message to the kernel did not count as use"
+            time.sleep(0.05)
+        with live.gate.lock:  # 2 s left before the session is idle for too long
+            live.gate.sessions[session] = live.gate.clock() - live.gate.session_idle + 2
+        socket_.settimeout(0.3)
+        deadline = time.monotonic() + 10
+        closed = False
+        while not closed and time.monotonic() < deadline:
+            try:
+                socket_.sendall(_frame(0xA, b""))  # a pong, every 0.3 s
+                closed = socket_.recv(65536) == b""
+            except TimeoutError:
+                pass
+            except OSError:
+                closed = True
+        assert closed, "pongs kept the session alive"
+        assert _proxied(live, session, f"/{kernel}/restart")[0] == 403
+    finally:
+        socket_.close()
+        response.close()
+        _delete_kernel(live, kernel)
+
+
+def test_a_session_ends_at_its_lifetime_and_the_page_is_told(live):
+    """However much it is used, a session ends `session_lifetime` seconds after it began: its requests get 403
+    saying so (the page then asks for a new link); one left idle is told it was idle."""
+    session = _session(live)[1]
+    header = [("X-Live-Session", session), SAME_ORIGIN]
+    assert _raw(live, "/_live/config.json", header)[0] == 200
+    with live.gate.lock:
+        live.gate.born[session] -= live.gate.session_lifetime + 1
+    status, _, body = _raw(live, "/_live/config.json", header)
+    assert status == 403 and json.loads(body)["ended"] == "lifetime"
+    idle = _session(live)[1]
+    with live.gate.lock:
+        live.gate.sessions[idle] -= live.gate.session_idle + 1
+    status, _, body = _raw(live, "/_live/config.json", [("X-Live-Session", idle), SAME_ORIGIN])
+    assert status == 403 and json.loads(body)["ended"] == "idle"
+    assert any("longest life" in notice for notice in printed[-3:]), printed[-3:]
+
+
+def test_the_session_limits_are_options_with_the_readmes_numbers():
+    """``--session-idle`` and ``--session-lifetime`` default to the numbers the README states (2 and 12 hours),
+    and a Gate keeps to a lifetime whatever the use."""
+    module = ext_module("_live_server")
+    readme = (ROOT / "README.md").read_text().split("## Live code", 1)[1].split("\n## ", 1)[0]
+    help_text = subprocess.run([sys.executable, str(EXT / "_live_server.py"), "--help"], capture_output=True,
+                               text=True, timeout=60, env={**os.environ, "COLUMNS": "200"}).stdout
+    for option, seconds in (("--session-idle", module.SESSION_IDLE_SECONDS),
+                            ("--session-lifetime", module.SESSION_LIFETIME_SECONDS)):
+        assert re.search(rf"{option} \S+\s+.*\(default {seconds:g}\)", help_text), help_text
+        assert re.search(rf"{seconds // 3600:g} hours \(`{option}`", readme), option
+    now = [0.0]
+    gate = module.Gate(8000, link_seconds=60, session_idle=60, session_lifetime=100, clock=lambda: now[0])
+    session = gate.redeem(gate.new_link().split("=", 1)[1])
+    while now[0] < 100:
+        assert gate.admits(session)
+        now[0] += 30
+    now[0] += 1
+    assert not gate.admits(session) and gate.ended(session) == "lifetime"
+    busy = gate.redeem(gate.new_link().split("=", 1)[1])
+    now[0] += 50
+    assert gate.admits(busy, touch=False)  # a check that is no use of the session
+    now[0] += 11
+    assert not gate.admits(busy) and gate.ended(busy) == "idle"
+
+
+MALFORMED = ["PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "HTTP/1.1\r\n\r\n", "GET\r\n\r\n", "GET / HTTP/1.x\r\n\r\n",
+             "GET / HTTP/1.1 extra\r\n\r\n", "\x16\x03\x01\x02\x01\x01\x01\x01\xfc\x03\x03\r\n\r\n",
+             "GET /\r\n\r\n", "G E T / HTTP/1.1\r\n\r\n"]
+
+
+def test_malformed_request_lines_are_answered_not_printed(tiny_site):
+    """Request lines the server cannot parse, sent as another local user (uid 65534), get 400 (or a closed
+    connection) and at most one quiet line in the terminal; no traceback, and the server goes on."""
+    served = _MakeServe(tiny_site)
+    port = served.served.httpd.server_address[1]
+    start = time.monotonic()
+    try:
+        # (A server that closes at once may reset the connection while the rest of the line is still sent.)
+        script = ("trap '' PIPE; exec 3<>/dev/tcp/127.0.0.1/$1; printf '%s' \"$2\" >&3; "
+                  "IFS= read -r -t 10 line <&3; printf '%s\\n' \"$line\"")
+        for line in MALFORMED:
+            sender = _as_nobody("bash", "-c", script, "send", str(port), line)
+            out, err = sender.communicate(timeout=60)
+            assert out.startswith("HTTP/1.1 400 ") or out == "\n", (line, out, err)
+        assert _raw(served.served, "/")[0] == 200
+        time.sleep(1)
+    finally:
+        served.stop()
+    printed_lines = "".join(served.seen)
+    assert "Traceback" not in printed_lines and "Error" not in printed_lines, printed_lines
+    quiet = [line for line in served.seen if "malformed" in line]
+    most = 1 + int((time.monotonic() - start) / ext_module("_live_connections").NOTICE_SECONDS)  # one a while
+    assert 1 <= len(quiet) <= most and "PRI * HTTP/2.0" in quiet[0], served.seen
+    assert len(quiet) == 1 or "more like it not shown" in quiet[1], quiet
+
+
+def _alive(pid):
+    """Whether process `pid` runs (a zombie waiting for its parent to reap it does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+@pytest.mark.parametrize("how", ["hang-up", "kill"])
+def test_nothing_outlives_the_book_server(tiny_site, how):
+    """A hang-up of the terminal (SIGHUP to the job's process group) or SIGKILL of the book server alone: within
+    15 s no process of the run (book server, kernel server, kernel) and not its private folder is left."""
+    import signal
+
+    served = _MakeServe(tiny_site)
+    try:
+        session = served.session()
+        status, answer = _proxied(served.served, session, "")
+        assert status == 201, answer
+        tree = _process_tree(served.process.pid)
+        assert len(tree) >= 3, tree  # the book server, the kernel server, a kernel
+        if how == "hang-up":
+            os.killpg(served.process.pid, signal.SIGHUP)
+        else:
+            os.kill(served.process.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            served.process.poll()  # the book server reaped, once it ends
+            if not [pid for pid in tree if _alive(pid)] and not served.run_dir.exists():
+                break
+            time.sleep(0.2)
+        assert [pid for pid in tree if _alive(pid)] == [] and not served.run_dir.exists(), (
+            [Path(f"/proc/{pid}/cmdline").read_text()[:100] for pid in tree if _alive(pid)],
+            sorted(served.run_dir.rglob("*"))[:10] if served.run_dir.exists() else None)
+    finally:
+        for pid in _process_tree(served.process.pid) if served.process.poll() is None else ():
+            os.kill(pid, signal.SIGKILL)
+        served.stop()

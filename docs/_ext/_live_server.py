@@ -18,14 +18,18 @@ TCP port, the book's, on 127.0.0.1:
   - a request target that is not a clean path (NUL or control characters, bad percent-encoding, over
     ``MAX_TARGET`` characters, absolute form) gets 400; a folder without an ``index.html`` gets 404, not a
     listing; a symbolic link that leads out of the site gets 404;
-  - at most ``MAX_CONNECTIONS`` connections at a time (one more gets 503 at once, before anything is read); a
-    request must arrive whole (request line, headers, body) within ``REQUEST_DEADLINE`` seconds of the
-    connection's wait for it, however slowly it trickles in, and a silent connection is closed after
-    ``READ_TIMEOUT`` seconds;
+  - at most ``MAX_CONNECTIONS`` connections at a time: for one more, the connection idle longest is closed
+    (``_live_connections.py``: nobody is locked out by another's idle connections); a request must arrive whole
+    (request line, headers, body) within ``REQUEST_DEADLINE`` seconds of the connection's wait for it, however
+    slowly it trickles in; a silent connection is closed after ``READ_TIMEOUT`` seconds, or
+    ``IDLE_WITHOUT_SESSION`` until a request on it shows a session; a request line that cannot be parsed gets
+    400 and at most one quiet line in the terminal, never a traceback;
   - neither server sets a cookie, and no cookie is a credential. A browser sends every cookie of ``127.0.0.1`` to
-    every port of it, and so to any other local user's server there, which can replay it. The link ``make serve``
-    prints, ``http://127.0.0.1:PORT/#live-key=K``, carries a one-time key in its fragment, which the browser
-    never sends anywhere. The page's script (``_static/live_code.js``) removes it from the address and trades it,
+    every port of it, and so to any other local user's server there, which can replay it. The link,
+    ``http://127.0.0.1:PORT/#live-key=K``, carries a one-time key in its fragment, which the browser never sends
+    anywhere. It is never printed, nor given to a browser as an argument (every local user can read a command
+    line): ``make serve`` writes it into a private redirect page and prints that page's ``file://`` address
+    (``_live_gate.py``). The page's script (``_static/live_code.js``) removes it from the address and trades it,
     in a same-origin ``POST /_live/session`` with the key in the ``X-Live-Key`` header, for a session secret that
     it keeps in ``sessionStorage``: storage of this origin (scheme, host and port), which no page of another port
     can read;
@@ -38,10 +42,12 @@ TCP port, the book's, on 127.0.0.1:
     started. This server adds the kernel server's token itself: the browser never holds it, and no credential
     travels in a URL. ``GET /_live/config.json`` (same session header) tells a page that it is let in;
     ``POST /_live/release`` deletes the page's kernel when it is hidden for good (``pagehide``, ``keepalive``);
-  - a key works once and expires unused after ``LINK_SECONDS``; after a use or an expiry the terminal gets a
-    notice, not a fresh link: pressing Enter there prints a new one. A session expires after
-    ``SESSION_IDLE_SECONDS`` without a request or a message to a kernel; then its requests get 403 at once, its
-    WebSockets are closed and its kernels are shut down.
+  - a key works once and expires unused after ``LINK_SECONDS``; after a use (announced with the time and the
+    browser's ``User-Agent``) or an expiry the terminal gets a notice, not a fresh link: pressing Enter there
+    writes a new one. A session expires after ``SESSION_IDLE_SECONDS`` without a request or a message to a
+    kernel (WebSocket control frames do not count), and ``SESSION_LIFETIME_SECONDS`` after it began whatever
+    its use; then its requests get 403 at once (saying so: the page asks for a new link), its WebSockets are
+    closed and its kernels are shut down.
 
 * jupyter_server (the ``live`` extra) on a Unix socket in the private runtime folder (mode 0600), which no other
   user can reach, with a random token, ``allow_origin`` set to the book's origin, no configuration files or
@@ -63,8 +69,10 @@ What this does not stop: the browser tab that traded a link for a session (and a
 browser) can run code as the user who started the server, until the session expires or the server stops; so can
 the user's own processes and root, which can read everything anyway.
 
-Ctrl-C stops both. Relies on jupyter_server's ``IdentityProvider`` (``get_user``, ``get_user_cookie``,
-``set_login_cookie``, ``auth_header_pat``), ``AsyncMappingKernelManager.start_kernel``,
+Ctrl-C, SIGTERM and SIGHUP (the terminal closed) stop both. The kernel server reads a pipe from the book server
+and, at its end (the book server gone, however it ended), stops as on SIGTERM and deletes the run's folder: no
+process or file of the run outlives it. Relies on jupyter_server's ``IdentityProvider`` (``get_user``,
+``get_user_cookie``, ``set_login_cookie``, ``auth_header_pat``), ``AsyncMappingKernelManager.start_kernel``,
 ``ContentsManager.get_extra_handlers``, ``ServerApp.write_server_info_file``/``write_browser_open_files``,
 ``ServerApp.sock`` and ``ServerApp.default_services``, and tornado's ``RequestHandler.set_cookie``, checked when
 the kernel server imports this module. Verified with jupyter_server 2.21.1, jupyter_client 8.10.0, ipykernel
@@ -84,7 +92,6 @@ import json
 import os
 import re
 import secrets
-import selectors
 import shutil
 import signal
 import socket
@@ -97,6 +104,18 @@ import urllib.parse
 from pathlib import Path
 from typing import ClassVar
 
+from _live_connections import (
+    IDLE_WITHOUT_SESSION,
+    MAX_CONNECTIONS,
+    READ_TIMEOUT,
+    SECURITY_HEADERS,
+    BookServer,
+    ClientFrames,
+    DeadlineReader,
+    splice,
+)
+from _live_gate import HOST, LINK_SECONDS, SESSION_IDLE_SECONDS, SESSION_LIFETIME_SECONDS, Gate, printable
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 CONFIG_PATH = "/_live/config.json"
@@ -107,16 +126,10 @@ KEY_HEADER = "X-Live-Key"
 SESSION_HEADER = "X-Live-Session"
 SUBPROTOCOL = "attention-ref-live"  # the WebSocket subprotocol the book server answers
 SESSION_PROTOCOL = "live-session."  # + the session: how a browser's WebSocket handshake carries it
-LINK_FRAGMENT = "live-key"
-HOST = "127.0.0.1"
 MAX_TARGET = 2048  # characters of a request target; the book's longest URL is far shorter
 MAX_BODY = 1024  # bytes of a POST body (a kernel id)
-READ_TIMEOUT = 30  # s a connection may stay silent before the book server closes it
 REQUEST_DEADLINE = 20  # s for a whole request to arrive, counted from when the server starts waiting for it
-MAX_CONNECTIONS = 64  # connections to the book server at a time (a tab opens up to 6, a kernel's WebSocket 1)
 UPSTREAM_TIMEOUT = 120  # s the book server waits for the kernel server (a restart waits for the kernel)
-LINK_SECONDS = 300  # an unused link expires after 5 minutes
-SESSION_IDLE_SECONDS = 2 * 3600  # a session unused for 2 hours expires
 KERNEL_IDLE_SECONDS = 1800  # a kernel idle for 30 minutes with no page connected is shut down
 MAX_KERNELS = 8  # kernels at a time (each about 50 MB)
 KERNEL_FOLDER = "docs/chapters"  # every kernel's working folder, in the scratch copy of the repository
@@ -125,7 +138,6 @@ KERNEL_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f
 KERNEL_ROUTES = {("POST", re.compile(r"/?")): "start", ("POST", re.compile(rf"/({KERNEL_ID.pattern})/restart")):
                  "restart", ("DELETE", re.compile(rf"/({KERNEL_ID.pattern})")): "delete",
                  ("GET", re.compile(rf"/({KERNEL_ID.pattern})/channels")): "channels"}
-SECURITY_HEADERS = (("Content-Security-Policy", "frame-ancestors 'none'"), ("X-Frame-Options", "DENY"))
 WEBSOCKET_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"  # RFC 6455's constant for Sec-WebSocket-Accept
 # What the chapters read while they run, relative to the repository (and so to the kernels' scratch root):
 # docs/chapters/matplotlibrc (the figure style, read from the working folder), frameworks.md's record,
@@ -244,14 +256,31 @@ else:
 
 def serve_kernels(argv=None):
     """The kernel server's process: its token is the first line of standard input, the rest as ServerApp's.
-    No handler of this process sets a cookie (jupyter_server's pages and errors would set ``_xsrf``)."""
+    No handler of this process sets a cookie (jupyter_server's pages and errors would set ``_xsrf``).
+
+    Standard input stays open as long as the book server runs: at its end (the book server gone, however it
+    ended, SIGKILL included) this process stops as on SIGTERM (jupyter_server shuts its kernels down), then
+    deletes the run's folder, its working folder, which the book server can no longer delete."""
     from traitlets.config import Config
 
     token = sys.stdin.readline().strip()
     if not token:
         raise SystemExit("_live_server.serve_kernels: no token on standard input")
     web.RequestHandler.set_cookie = lambda self, name, value, *args, **kwargs: None
-    KernelServerApp.launch_instance(argv, config=Config({"IdentityProvider": {"token": token}}))
+    orphaned = threading.Event()
+
+    def watch_parent():
+        sys.stdin.read()  # returns at the end of standard input: the book server closed it or ended
+        orphaned.set()
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch_parent, daemon=True).start()
+    try:
+        KernelServerApp.launch_instance(argv, config=Config({"IdentityProvider": {"token": token}}))
+    finally:
+        run_dir = Path.cwd()
+        if orphaned.is_set() and run_dir.name.startswith("ar-live-"):
+            shutil.rmtree(run_dir, ignore_errors=True)
 
 
 class StaticHandler(http.server.SimpleHTTPRequestHandler):
@@ -292,118 +321,6 @@ def target_problem(target: str) -> str | None:
     if re.search(r"[\x00-\x1f\x7f]", text):
         return "control character in the request target"
     return None
-
-
-class Gate:
-    """Who may use the kernels: a page of this server's origin holding a session, which it got for a one-time
-    key (in a link's fragment, so sent nowhere but by that page's script); each session reaches the kernels it
-    started.
-
-    `announce(text)` is called with each line for the terminal: a new link, a link used, a link expired.
-    `on_expire(kernels, connections)` is called (outside the lock) with what an expired session held.
-    `clock` is a monotonic clock in seconds (the tests pass their own)."""
-
-    def __init__(self, port, announce=None, link_seconds=LINK_SECONDS, session_idle=SESSION_IDLE_SECONDS,
-                 clock=time.monotonic, on_expire=None):
-        self.port = port
-        self.origin = f"http://{HOST}:{port}"
-        self.hosts = {f"{HOST}:{port}": "here", f"localhost:{port}": "redirect"}
-        self.announce = announce or (lambda text: None)
-        self.on_expire = on_expire or (lambda kernels, connections: None)
-        self.link_seconds, self.session_idle, self.clock = link_seconds, session_idle, clock
-        self.sessions: dict[str, float] = {}  # session -> when it was last used
-        self.kernels: dict[str, str] = {}  # kernel id -> the session that started it
-        self.connections: dict[str, set] = {}  # session -> its open WebSocket connections (sockets)
-        self.lock = threading.Lock()
-        self.key: str | None = None
-        self.key_expires = 0.0
-
-    def new_link(self) -> str:
-        """A fresh one-time link (the previous one stops working); it expires unused after `link_seconds`."""
-        with self.lock:
-            self.key = key = secrets.token_urlsafe(32)
-            self.key_expires = self.clock() + self.link_seconds
-        timer = threading.Timer(self.link_seconds, self._expired, (key,))
-        timer.daemon = True
-        timer.start()
-        return f"{self.origin}/#{LINK_FRAGMENT}={key}"
-
-    def _expired(self, key):
-        with self.lock:
-            if self.key != key:
-                return  # used, or replaced by a newer link
-            self.key = None
-        self.announce(f"The live-code link expired unused ({self.link_seconds:g} s). Press Enter for a new one.")
-
-    def redeem(self, key: str | None) -> str | None:
-        """A new session for the current, unexpired `key` (which is then spent), else None."""
-        with self.lock:
-            if not (key and self.key and self.clock() < self.key_expires
-                    and secrets.compare_digest(key.encode(), self.key.encode())):
-                return None
-            self.key = None
-            session = secrets.token_urlsafe(32)
-            self.sessions[session] = self.clock()
-        self.announce(f"The live-code link was used at {time.strftime('%H:%M:%S')}; it works no more. "
-                      "For another browser or tab, press Enter here for a new link.")
-        return session
-
-    def sweep(self):
-        """Forget the sessions idle for over `session_idle` seconds, and hand what they held to `on_expire`."""
-        with self.lock:
-            now = self.clock()
-            gone = {known for known, used in self.sessions.items() if now - used > self.session_idle}
-            for session in gone:
-                del self.sessions[session]
-            kernels = [kernel for kernel, owner in self.kernels.items() if owner in gone]
-            for kernel in kernels:
-                del self.kernels[kernel]
-            connections = [c for session in gone for c in self.connections.pop(session, ())]
-        if kernels or connections:
-            self.on_expire(kernels, connections)
-        if gone:
-            self.announce(f"A live-code session expired unused ({self.session_idle:g} s); its "
-                          f"{len(kernels)} kernel(s) are shut down. Press Enter for a new link.")
-
-    def _known(self, session):
-        """`session` if it is live (call with the lock held), else None."""
-        return next((known for known in self.sessions
-                     if session and secrets.compare_digest(session.encode(), known.encode())), None)
-
-    def admits(self, session: str | None, kernel: str | None = None) -> bool:
-        """Whether `session` is live (then its idle time starts again), and started `kernel` if one is named;
-        expired sessions are forgotten first."""
-        self.sweep()
-        with self.lock:
-            known = self._known(session)
-            if known is None or (kernel is not None and self.kernels.get(kernel) != known):
-                return False
-            self.sessions[known] = self.clock()
-            return True
-
-    def adopt(self, session: str, kernel: str) -> bool:
-        """Record that `session` started `kernel`; False if the session expired meanwhile."""
-        with self.lock:
-            if self._known(session) is None:
-                return False
-            self.kernels[kernel] = session
-            return True
-
-    def disown(self, kernel: str):
-        with self.lock:
-            self.kernels.pop(kernel, None)
-
-    def track(self, session: str, connection) -> bool:
-        """Count `connection` (a WebSocket) as `session`'s until `untrack`; False if the session is gone."""
-        with self.lock:
-            if self._known(session) is None:
-                return False
-            self.connections.setdefault(session, set()).add(connection)
-            return True
-
-    def untrack(self, session: str, connection):
-        with self.lock:
-            self.connections.get(session, set()).discard(connection)
 
 
 class _UnixConnection(http.client.HTTPConnection):
@@ -475,73 +392,56 @@ class KernelServer:
             self.request("DELETE", f"/api/kernels/{kernel}", timeout=30)
 
 
-def _splice(client, upstream, on_client_data):
-    """Pass bytes both ways between two sockets until either side closes; `on_client_data()` after each of the
-    client's chunks."""
-    client.settimeout(None)
-    with selectors.DefaultSelector() as selector:
-        selector.register(client, selectors.EVENT_READ, upstream)
-        selector.register(upstream, selectors.EVENT_READ, client)
-        while True:
-            for found, _ in selector.select():
-                try:
-                    data = found.fileobj.recv(65536)
-                    if data:
-                        found.data.sendall(data)
-                except OSError:
-                    data = b""
-                if not data:
-                    return
-                if found.fileobj is client:
-                    on_client_data()
-
-
-class _DeadlineReader(socket.SocketIO):
-    """A connection's reading end that gives up when `handler.deadline` (monotonic seconds, None: no deadline)
-    has passed, however the bytes trickle in."""
-
-    def __init__(self, sock, handler):
-        super().__init__(sock, "rb")
-        self.handler = handler
-
-    def readinto(self, buffer):
-        deadline = self.handler.deadline
-        if deadline is not None:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError("the request did not arrive within its deadline")
-            self._sock.settimeout(min(left, self.handler.timeout))
-        return super().readinto(buffer)
-
-
 class BookHandler(StaticHandler):
     """The built book, answering only its own origin, plus ``/_live/`` for pages holding a session."""
 
     gate: ClassVar[Gate]
     kernel_server: ClassVar[KernelServer | None] = None  # set per server
     timeout = READ_TIMEOUT  # socketserver's per-connection read timeout
+    idle_without_session = IDLE_WITHOUT_SESSION  # the same, until a request shows a live session
     request_deadline = REQUEST_DEADLINE
     deadline = None  # when the request being read must have arrived (monotonic s), None once it has
+    path = ""  # the request's target, once its request line is read
 
     def setup(self):
         super().setup()
         self.rfile.close()
-        self.rfile = io.BufferedReader(_DeadlineReader(self.connection, self))
+        self.rfile = io.BufferedReader(DeadlineReader(self.connection, self))
+
+    def idle_timeout(self):
+        """How long this connection may stay silent: shorter until a request on it has shown a live session."""
+        if self.server.state(self.connection).session:
+            return self.timeout
+        return min(self.timeout, self.idle_without_session)
 
     def handle_one_request(self):
         self.deadline = time.monotonic() + self.request_deadline
+        self.path = ""
+        self.server.waiting(self.connection)
         try:
             super().handle_one_request()
         finally:
             self._arrived()
 
     def _arrived(self):
-        """The request has been read: no deadline, the usual read timeout again."""
+        """The request has been read: no deadline, the usual read timeout again, and the connection is not one
+        the server may drop for a newcomer while it is answered."""
         if self.deadline is not None:
             self.deadline = None
             self.connection.settimeout(self.timeout)
+            self.server.answering(self.connection)
 
     def parse_request(self):
+        line = str(self.raw_requestline, "iso-8859-1").rstrip("\r\n")
+        words = line.split()
+        if not words:
+            self.close_connection = True
+            return False
+        if len(words) != 3 or not re.fullmatch(r"HTTP/1\.[01]", words[2]):  # HTTP/2's preface, HTTP/0.9, junk
+            self.requestline, self.command, self.request_version, self.close_connection = line, None, "HTTP/1.0", True
+            self.send_error(400, "malformed request line")
+            self.server.notice(f"refused a malformed request line, {printable(line, 80)!r}")
+            return False
         if not super().parse_request():
             return False
         hosts = self.headers.get_all("Host") or []
@@ -597,9 +497,12 @@ class BookHandler(StaticHandler):
         if not self._same_origin():
             return self._answer(403, {"refused": "same-origin requests only"})
         if path == SESSION_PATH:
-            session = self.gate.redeem(self.headers.get(KEY_HEADER))
-            if session is None:
-                return self._answer(403, {"refused": "this link is not valid, expired or was already used"})
+            key = self.headers.get(KEY_HEADER)
+            session = self.gate.redeem(key, self.headers.get("User-Agent"))
+            if session is None:  # the page says why: "used" (by whom?), "expired" or "unknown"
+                return self._answer(403, {"refused": "this link is not valid, expired or was already used",
+                                          "link": self.gate.refusal(key)})
+            self.server.with_session(self.connection)
             return self._answer(200, {"session": session})
         return self._release(body)
 
@@ -638,11 +541,14 @@ class BookHandler(StaticHandler):
         """This request's session if it carries a live one from a page of this origin; else None, answered 403."""
         session = self.headers.get(SESSION_HEADER)
         if not self.gate.admits(session):
-            self._answer(403, {"refused": "this tab has not opened the link `make serve` printed"})
+            ended = self.gate.ended(session)  # "idle" or "lifetime": the page asks for a new link
+            self._answer(403, {"refused": "this tab has not opened the link `make serve` printed",
+                               **({"ended": ended} if ended else {})})
             return None
         if not self._same_origin():
             self._answer(403, {"refused": "same-origin requests only"})
             return None
+        self.server.with_session(self.connection)
         return session
 
     def _config(self):
@@ -728,7 +634,9 @@ class BookHandler(StaticHandler):
             self.end_headers()
             self.wfile.write(rest)
             self.close_connection = True
-            _splice(self.connection, upstream, lambda: self.gate.admits(session, kernel))
+            self.server.with_session(self.connection)
+            frames = ClientFrames()  # only the reader's messages to the kernel count as use, not pongs
+            splice(self.connection, upstream, lambda chunk: self.gate.admits(session, kernel, frames.feed(chunk)))
         finally:
             self.gate.untrack(session, self.connection)
             upstream.close()
@@ -736,55 +644,7 @@ class BookHandler(StaticHandler):
 
     def cache_control(self):
         # The session answers and the kernels' API: never stored.
-        return "no-store" if self.path.startswith("/_live/") else super().cache_control()
-
-
-BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 13\r\n"
-        b"Connection: close\r\nCache-Control: no-store\r\nRetry-After: 1\r\n"
-        + b"".join(f"{name}: {value}\r\n".encode() for name, value in SECURITY_HEADERS) + b"\r\nserver busy.\n")
-
-
-class BookServer(http.server.ThreadingHTTPServer):
-    """A thread per connection, at most `max_connections` at a time: one more gets `BUSY` at once and is
-    closed. Quiet about clients that go away or miss their deadline."""
-
-    daemon_threads = True
-
-    def __init__(self, address, handler, max_connections=MAX_CONNECTIONS):
-        super().__init__(address, handler)
-        self.max_connections = max_connections
-        self.active = 0
-        self.count_lock = threading.Lock()
-
-    def process_request(self, request, client_address):
-        with self.count_lock:
-            full = self.active >= self.max_connections
-            self.active += not full
-        if full:
-            try:
-                request.settimeout(1)
-                request.sendall(BUSY)
-            except OSError:
-                pass
-            self.shutdown_request(request)
-            return
-        try:
-            super().process_request(request, client_address)
-        except BaseException:
-            with self.count_lock:
-                self.active -= 1
-            raise
-
-    def process_request_thread(self, request, client_address):
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            with self.count_lock:
-                self.active -= 1
-
-    def handle_error(self, request, client_address):
-        if not isinstance(sys.exc_info()[1], OSError):
-            super().handle_error(request, client_address)
+        return "no-store" if (self.path or "").startswith("/_live/") else super().cache_control()
 
 
 def scratch_root(repository: Path, into: Path) -> Path:
@@ -832,27 +692,34 @@ def private_environment(run_dir: Path) -> dict:
 class LiveServer:
     """The book at `site` on 127.0.0.1:`port` with a kernel server behind it, on a Unix socket.
 
-    `announce(text)` is called with each notice for the terminal (a link used or expired, a new link).
-    The limits (`link_seconds`, `session_idle`, `kernel_idle`, `max_kernels`, `read_timeout`, `request_deadline`,
-    `max_connections`) default to the module's constants; the tests shorten them."""
+    `announce(text)` is called with each notice for the terminal (a link used or expired, a session ended, a
+    misbehaving client). Each link is also written to `link_file`, the page (mode 0600, in the run's private
+    folder) whose ``file://`` address the terminal shows. The limits (`link_seconds`, `session_idle`,
+    `session_lifetime`, `kernel_idle`, `max_kernels`, `read_timeout`, `idle_without_session`,
+    `request_deadline`, `max_connections`) default to the module's constants; the tests shorten them."""
 
     def __init__(self, site, port=0, root=ROOT, handler=BookHandler, announce=None,
                  link_seconds=LINK_SECONDS, session_idle=SESSION_IDLE_SECONDS, kernel_idle=KERNEL_IDLE_SECONDS,
                  max_kernels=MAX_KERNELS, read_timeout=READ_TIMEOUT, request_deadline=REQUEST_DEADLINE,
-                 max_connections=MAX_CONNECTIONS):
+                 max_connections=MAX_CONNECTIONS, session_lifetime=SESSION_LIFETIME_SECONDS,
+                 idle_without_session=IDLE_WITHOUT_SESSION):
         self.site = Path(site)
         if not (self.site / "index.html").is_file():
             raise FileNotFoundError(f"no built book in {self.site} (run `make docs`)")
         self.token = secrets.token_urlsafe(32)
-        handler = type("Handler", (handler,), {"timeout": read_timeout, "request_deadline": request_deadline})
-        self.httpd = BookServer((HOST, port), functools.partial(handler, directory=str(self.site)), max_connections)
+        handler = type("Handler", (handler,), {"timeout": read_timeout, "request_deadline": request_deadline,
+                                               "idle_without_session": idle_without_session})
+        self.httpd = BookServer((HOST, port), functools.partial(handler, directory=str(self.site)), max_connections,
+                                announce)
+        self.run_dir = Path(tempfile.mkdtemp(prefix="ar-live-"))  # mode 0700: this user's only
+        self.link_file = self.run_dir / "open-live-code.html"
         self.gate = handler.gate = Gate(self.httpd.server_address[1], announce, link_seconds, session_idle,
-                                        on_expire=self._expired)
+                                        on_expire=self._expired, session_lifetime=session_lifetime,
+                                        link_file=self.link_file)
         self.url = f"{self.gate.origin}/"
         self.origin = self.gate.origin
         self.root = Path(root)
         self.limits = {"kernel_idle": kernel_idle, "max_kernels": max_kernels}
-        self.run_dir = Path(tempfile.mkdtemp(prefix="ar-live-"))  # mode 0700: this user's only
         self.runtime_dir = self.run_dir / "runtime"  # the kernel server's socket, connection files, IPC sockets
         self.kernel_socket = self.runtime_dir / "kernels.sock"
         self.kernel_server = handler.kernel_server = KernelServer(self.kernel_socket, self.token, self.origin)
@@ -861,7 +728,8 @@ class LiveServer:
         self.stopped = threading.Event()
 
     def new_link(self) -> str:
-        """A fresh one-time link that lets one browser tab in (the one before it stops working)."""
+        """A fresh one-time link that lets one browser tab in (the one before it stops working), also written to
+        `link_file`: a program's business only, never to be printed or given to a browser as an argument."""
         return self.gate.new_link()
 
     def _expired(self, kernels, connections):
@@ -905,8 +773,8 @@ class LiveServer:
             env=env, cwd=self.run_dir, stdin=subprocess.PIPE, stdout=self.log, stderr=subprocess.STDOUT, text=True,
             start_new_session=True,  # Ctrl-C reaches this process only; it stops the kernel server cleanly
         )
-        self.process.stdin.write(self.token + "\n")
-        self.process.stdin.close()
+        self.process.stdin.write(self.token + "\n")  # the token; the pipe stays open while this process runs
+        self.process.stdin.flush()
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
         threading.Thread(target=self._sweep, daemon=True).start()
         deadline = time.monotonic() + timeout
@@ -929,10 +797,12 @@ class LiveServer:
         if self.process and self.process.poll() is None:
             self.process.terminate()  # jupyter_server shuts its kernels down on SIGTERM
             try:
-                self.process.wait(15)
+                self.process.wait(10)
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        if self.process:
+            self.process.stdin.close()
         self.log.close()
         shutil.rmtree(self.run_dir, ignore_errors=True)  # the log, sockets, scratch, home and temporary folders
 
@@ -943,13 +813,25 @@ class LiveServer:
         self.stop()
 
 
+def _say(text):
+    """Print `text` for the terminal, which may be gone (a hang-up): then say nothing."""
+    try:
+        print(text, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
 def _print_link(server):
-    print(f"For live code, open this link (it works once, in one browser tab, for {server.gate.link_seconds:g} "
-          f"s): {server.new_link()}\nPress Enter here for a new link.", flush=True)
+    """Write a new link into the server's link file and show how to open it: the terminal never shows a URL
+    that carries a key (a browser started on one would show the key to every local user in its command line)."""
+    server.new_link()
+    _say(f"For live code, open {server.link_file.as_uri()} in your browser (Ctrl+click it, or paste it into the "
+         f"address bar): a page only you can read, which takes one browser tab in, once, within "
+         f"{server.gate.link_seconds:g} s.\nPress Enter here for a new one.")
 
 
 def _links_on_enter(server):
-    """Print a new link each time Enter is pressed in the terminal (until standard input ends)."""
+    """Write a new link each time Enter is pressed in the terminal (until standard input ends)."""
     for _ in sys.stdin:
         _print_link(server)
 
@@ -961,26 +843,31 @@ def main(argv=None):
     parser.add_argument("--link-seconds", type=float, default=LINK_SECONDS,
                         help=f"how long an unused link works (default {LINK_SECONDS})")
     parser.add_argument("--session-idle", type=float, default=SESSION_IDLE_SECONDS,
-                        help=f"how long an unused session lasts (default {SESSION_IDLE_SECONDS})")
+                        help=f"how long a session the reader leaves unused lasts (default {SESSION_IDLE_SECONDS})")
+    parser.add_argument("--session-lifetime", type=float, default=SESSION_LIFETIME_SECONDS,
+                        help=f"how long any session lasts (default {SESSION_LIFETIME_SECONDS})")
     args = parser.parse_args(argv)
-    # Ctrl-C (and a plain kill) stop both servers, even where the shell started this with SIGINT ignored.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    # Ctrl-C, a plain kill and a hang-up (the terminal closed) stop both servers and delete the run's folder,
+    # even where the shell started this with SIGINT ignored.
+    stops = [signal.SIGINT, signal.SIGTERM]
+    if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:  # started with nohup: a hang-up does not stop it
+        stops.append(signal.SIGHUP)
+    for number in stops:
+        signal.signal(number, signal.default_int_handler)
 
-    def announce(text):
-        print(text, flush=True)
-
-    server = LiveServer(args.site, args.port, announce=announce, link_seconds=args.link_seconds,
-                        session_idle=args.session_idle)
-    print(f"starting the kernel server (log, deleted at stop: {server.log.name})...", flush=True)
+    server = LiveServer(args.site, args.port, announce=_say, link_seconds=args.link_seconds,
+                        session_idle=args.session_idle, session_lifetime=args.session_lifetime)
+    _say(f"starting the kernel server (log, deleted at stop: {server.log.name})...")
     with server:
-        print(f"The book: {server.url}  (Ctrl-C stops the book and its kernel server)", flush=True)
+        _say(f"The book: {server.url}  (Ctrl-C stops the book and its kernel server)")
         _print_link(server)
         threading.Thread(target=_links_on_enter, args=(server,), daemon=True).start()
         try:
             threading.Event().wait()
         except KeyboardInterrupt:
-            print("\nstopping...", flush=True)
+            for number in stops:  # a second signal does not cut the cleanup short
+                signal.signal(number, signal.SIG_IGN)
+            _say("\nstopping...")
 
 
 if __name__ == "__main__":

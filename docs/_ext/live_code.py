@@ -7,8 +7,9 @@ client is the book's own small script (``_static/live_code.js``, no third-party 
 until the reader presses the button. The kernel then comes from, in order:
 
 * the server ``make serve`` runs (``_live_server.py``): the page asks it for ``_live/config.json``, which
-  exists only while that server runs and answers only a tab that opened the one-time link the server printed
-  (the script trades the key in the link's fragment for a session kept in the tab's ``sessionStorage`` and sent
+  exists only while that server runs and answers only a tab that opened the server's one-time link (written into
+  a private page whose ``file://`` address the terminal shows; the script trades the key in the link's fragment
+  for a session kept in the tab's ``sessionStorage`` and sent
   in a header, or as a WebSocket subprotocol: no cookie, which a browser would also send to every other port of
   the host); the kernels are then reached through that server (``_live/api/kernels``), which holds the kernel
   server's token, so the page never does; the page's kernel is deleted when the page goes away; in a page framed

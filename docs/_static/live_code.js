@@ -2,14 +2,18 @@
  * turns its code cells into editable cells run by one Jupyter kernel, over the Jupyter server's REST and
  * WebSocket API. Nothing is fetched before the button is pressed. The kernel comes from the server `make serve`
  * runs beside the book, else from Binder when the build knew the repository, else the page says that no kernel
- * can be had and how to get one. `make serve` prints a one-time link, ORIGIN/#live-key=KEY: the key is in the
- * fragment, which the browser sends to no server. This script, on the page the link opens, removes it from the
- * address and trades it (POST _live/session, key in a header) for a session secret kept in sessionStorage, which
+ * can be had and how to get one. `make serve` writes a one-time link, ORIGIN/#live-key=KEY, into a page only the
+ * reader can read (it shows that page's file:// address, never the link, which a browser's command line would
+ * show every local user): the key is in the fragment, which the browser sends to no server. This script, on the
+ * page the link opens, removes it from the address and trades it (POST _live/session, key in a header) for a
+ * session secret kept in sessionStorage, which
  * only pages of this origin (scheme, host and port) can read: no cookie, which a browser would also send to
  * every other port of the host. The kernels are reached through `make serve` itself (_live/api/kernels), with
  * that secret in a header (or, for a WebSocket, which takes no header, as a subprotocol): the page never holds
  * the kernel server's token, and no secret goes in a URL. Without a live session the server answers 403, and
- * the page says how to get in. A page's kernel is deleted when the page goes away (POST _live/release with
+ * the page says how to get in; a tab that brings a link already used (by someone else, then) says so at once,
+ * and a tab whose session ended (unused too long, or too old) asks for a new link. A page's kernel is deleted
+ * when the page goes away (POST _live/release with
  * keepalive on pagehide). In a page framed by another (which `make serve` forbids: frame-ancestors 'none'),
  * this script reads no key and uses no session.
  * The cells are edited in CodeMirror 6, loaded with the button from the vendored bundle _static/live_editor.js
@@ -27,10 +31,21 @@
     "with `make serve` from a clone of the repository, or download this page's notebook (.ipynb) from the " +
     "download menu and open it in Jupyter.";
 
+  const NEW_LINK = "Press Enter in the terminal of `make serve` for a new link, and open the file:// address it " +
+    "shows (Ctrl+click it, or paste it into this tab's address bar); each link works once, for a few minutes.";
   const NOT_LET_IN = "This copy of the book is served by `make serve`, which runs code only in a browser tab " +
-    "that opened the link it printed in its terminal (ORIGIN/#live-key=…), and its session lasts until it is " +
-    "left unused for a while. Press Enter in that terminal for a new link, then open it in this tab to use " +
-    "Live code here; each link works once, for a few minutes. The book reads normally without it.";
+    "that opened the page whose file:// address it shows in its terminal, and its session lasts until it is " +
+    `left unused for a while. To use Live code here: ${NEW_LINK} The book reads normally without it.`;
+  const REFUSED = {
+    used: "Live code: this link was already used: if not by you, stop `make serve` (Ctrl-C in its terminal), " +
+      "since whoever used it can run code as you until then. To get a new link: " + NEW_LINK,
+    expired: `Live code: this link has expired. ${NEW_LINK}`,
+  };
+  const ENDED = {
+    idle: `Live code: this tab's session with \`make serve\` ended, unused for too long. ${NEW_LINK}`,
+    lifetime: "Live code: this tab's session with `make serve` ended: it reached the longest life a session " +
+      `has. ${NEW_LINK}`,
+  };
   const FRAMED = "Live code does not run in a page shown inside another page. Open the book in a tab of its own.";
   const SESSION = "attentionRefLiveSession"; // sessionStorage key: this tab's session with `make serve`
   const SUBPROTOCOL = "attention-ref-live"; // the kernel WebSocket's subprotocol at `make serve`
@@ -39,6 +54,10 @@
   const session = () => {
     if (framed) return null;
     try { return sessionStorage.getItem(SESSION); } catch (error) { return null; }
+  };
+  const REFUSAL = "attentionRefLiveRefusal"; // sessionStorage key: why this tab's last link was refused
+  const refusal = () => {
+    try { return REFUSED[sessionStorage.getItem(REFUSAL)] || null; } catch (error) { return null; }
   };
 
   // An error the status line shows; a `complete` one is a whole explanation, shown without "Live code failed:".
@@ -107,12 +126,32 @@
       const response = await fetch(new URL("_live/session", root), {
         method: "POST", cache: "no-store", headers: { "X-Live-Key": found[1] },
       });
-      if (!response.ok) return false;
+      if (!response.ok) {
+        const why = (await response.json().catch(() => ({}))).link;
+        if (REFUSED[why]) {
+          sessionStorage.setItem(REFUSAL, why); // said again by the Live code button of this tab's pages
+          warn(REFUSED[why]); // a link used by someone else is said at once, not only when Live code is pressed
+        }
+        return false;
+      }
       sessionStorage.setItem(SESSION, (await response.json()).session);
+      sessionStorage.removeItem(REFUSAL);
       return true;
     } catch (error) {
       return false;
     }
+  }
+
+  // A notice at the top of the page, for what the reader must know before pressing Live code.
+  function warn(text) {
+    const article = document.querySelector("article.bd-article") || document.querySelector("main") || document.body;
+    article.prepend(element("p", { class: "live-code-notice", role: "alert" }, text));
+  }
+
+  // Why the server refused this tab's session (403): it ended, or this tab never had one.
+  async function refusedBecause(response) {
+    const found = await response.json().catch(() => ({}));
+    return ENDED[found.ended] || refusal() || NOT_LET_IN;
   }
 
   async function localServer() {
@@ -126,7 +165,7 @@
     } catch (error) {
       return null;
     }
-    if (response.status === 403) throw new LiveError(NOT_LET_IN.replace("ORIGIN", location.origin), true);
+    if (response.status === 403) throw new LiveError(await refusedBecause(response), true);
     if (!response.ok) return null;
     const found = await response.json();
     return { where: "this machine", baseUrl: new URL(found.base_url, location.href).href, local: true,
@@ -186,6 +225,7 @@
         headers: { ...this.server.headers, "Content-Type": "application/json" }, cache: "no-store",
         body: body === undefined ? undefined : JSON.stringify(body),
       });
+      if (response.status === 403 && this.server.local) throw new LiveError(await refusedBecause(response), true);
       if (!response.ok) {
         const reason = await response.json().then((found) => found.message, () => null);
         if (reason && reason.startsWith("Live code:")) throw new LiveError(reason, true); // e.g. the kernel cap
@@ -209,8 +249,15 @@
         this.socket.onopen = resolve;
         this.socket.onerror = () => reject(new LiveError("the kernel's WebSocket could not be opened"));
       });
-      this.socket.onclose = () => {
-        if (!this.closing) this.onState("failed", "Live code: the connection to the kernel was lost. Restart the kernel to try again.");
+      this.socket.onclose = async () => {
+        if (this.closing) return;
+        this.onState("failed", "Live code: the connection to the kernel was lost. Restart the kernel to try again.");
+        if (!this.server.local) return;
+        try {
+          await localServer(); // a session that ended says so (the server closed its WebSockets)
+        } catch (error) {
+          if (error instanceof LiveError) this.onState("failed", error.message);
+        }
       };
       await this.info();
     }
