@@ -52,43 +52,11 @@ def _report(page_path, blocks):
                      for block in blocks for line in block["lines"])
 
 
-# Pages whose folds still hold lines wider than a fold (an open fold is narrower than the column by its padding,
-# about 75 characters of code against 77): at most this many lines each, for the pages' owners to rewrap. A
-# listed page is measured like any other outside its folds, and must still have such a line (else drop it here).
-FOLDED_NOT_YET_FITTED = {
-    "chapters/01_queries_keys_values.html": 44,
-    "chapters/02_dot_products.html": 17,
-    "chapters/03_softmax.html": 4,
-    "chapters/05_masks.html": 21,
-    "chapters/06_causal_decoding.html": 4,
-    "chapters/07_multihead.html": 36,
-    "chapters/08_positions.html": 7,
-    "chapters/09_memory_wall.html": 19,
-    "chapters/10_common_mistakes.html": 8,
-    "chapters/11_checking_your_implementation.html": 11,
-    "chapters/additive_scoring.html": 6,
-    "chapters/attention_dropout.html": 5,
-    "chapters/attention_learns.html": 1,
-    "chapters/backprop.html": 17,
-    "chapters/low_precision.html": 9,
-    "chapters/padding_and_packing.html": 1,
-    "chapters/performance.html": 10,
-    "chapters/windows_sinks_caches.html": 16,
-    "chapters/worked_example.html": 10,
-}
-
-
 @pytest.mark.parametrize("page_path", SCREEN_PAGES)
 def test_no_code_or_output_line_overflows_its_block(tab, site, page_path):  # noqa: F811 (fixtures)
     if not (SITE / page_path).is_file():
         _missing(f"{page_path} in the built book")
     blocks = overflowing(tab.open(urljoin(site, page_path)).page)
-    pending = FOLDED_NOT_YET_FITTED.get(page_path, 0)
-    if pending:
-        folded = sum(len(block["lines"]) for block in blocks if block["folded"])
-        assert 0 < folded <= pending, (f"{folded} folded lines wider than their fold (at most {pending} listed; "
-                                       f"none: drop the entry):\n{_report(page_path, blocks)}")
-        blocks = [block for block in blocks if not block["folded"]]
     lines = sum(len(block["lines"]) for block in blocks)
     assert blocks == [], f"{lines} lines wider than their block at 1280 px:\n{_report(page_path, blocks)}"
 
