@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._validation import check_real, float_dtype, is_bfloat16
+from ._layout import caller_index
 
 __all__: list[str] = []  # private module
 
@@ -111,7 +112,7 @@ def _nonfinite(actual: np.ndarray) -> str:
 
 def compare(actual, reference, baseline, *, factor: float, atol, units: dict, dtype: np.dtype, what: str = "",
             baseline_name: str | None = None, skip=None, empty=None, rows_last: bool = False,
-            widened: str = "", magnitude=None, eps_dtype=None, scale=None) -> str:
+            widened: str = "", magnitude=None, eps_dtype=None, scale=None, layout: str = "bhsd") -> str:
     """The failure message of the rule (see assert_attention_close), or "" if `actual` passes.
 
     `dtype` is the precision judged (its eps sets the default atol, with `units`); the baseline is named by
@@ -122,7 +123,8 @@ def compare(actual, reference, baseline, *, factor: float, atol, units: dict, dt
     (``eps * |s|``) moves its weights as much as the baseline's own does, and a baseline that happens to round
     its few scores well bounds nothing. The default
     atol takes its ``eps`` from `eps_dtype` (default `dtype`) and its scale from `scale` (default the largest
-    finite reference entry).
+    finite reference entry). The failing index is printed in `layout` (`._layout.caller_index`), the
+    arrays being in the package's.
     """
     name = dtype_name(dtype)
     finite = np.isfinite(reference)
@@ -147,7 +149,7 @@ def compare(actual, reference, baseline, *, factor: float, atol, units: dict, dt
     if not bad.any():
         return ""
     worst = np.unravel_index(np.argmax(np.where(bad, err, -1.0)), err.shape)
-    index = tuple(int(i) for i in worst)
+    index = caller_index(tuple(int(i) for i in worst), layout)
     ratio = err[worst] / base_max if base_max > 0 else np.inf
     where = "\n".join(places(bad, empty, rows_last))
     return (
