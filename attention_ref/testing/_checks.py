@@ -115,8 +115,11 @@ def assert_attention_close(actual, q, k, v, *, factor=2.0, atol=None, dtype=None
         NaN and infinities in `actual`, counted apart; where the failures
         sit, one line per run of consecutive failing rows of one batch and
         head (``batch 1, head 3: rows 10-20 (37 elements)``, indices from
-        0, ranges inclusive, at most eight lines and a count of the rest),
-        rows whose reference has no allowed key marked ``no allowed key``;
+        0, ranges inclusive, at most eight lines and a count of the rest;
+        under grouped-query attention each line names the key/value head
+        and joins its query heads failing on the same rows: ``batch 0,
+        heads 4-7 (kv head 1): rows 0-95``), rows whose reference has no
+        allowed key marked ``no allowed key``;
         when `actual` is wider than every input and no `dtype` was given, a
         note that ``dtype=`` judges it in the inputs' precision; and when
         `q` and `k` read as (B, H, L, E) have more heads than positions, a
@@ -313,7 +316,7 @@ def output_failure(actual, check: Problem, *, factor, atol, dtype, empty_rows, b
         want, naive, skip = empty_expected(reference, naive, empty, empty_rows, mean)
         return compare(actual, want, naive, factor=factor, atol=atol, units=ATOL_UNITS, dtype=judged, what=what,
                        skip=skip, empty=empty, widened=widened_hint(actual, dtype, check.inputs),
-                       magnitude=check.score_magnitude, layout=layout)
+                       magnitude=check.score_magnitude, layout=layout, groups=check.kv_groups())
 
     found = failure(fused, first)
     if found and fused and judged.itemsize < 4 and not failure(False):
@@ -477,7 +480,7 @@ def assert_lse_close(actual_lse, q, k, v, *, base="e", empty=-np.inf, factor=2.0
         failure = compare(actual, reference, baseline, factor=factor, atol=atol, units=ATOL_UNITS_LSE,
                           dtype=judged_dtype(actual, dtype), baseline_name=None if dtype is not None else "float32",
                           skip=skip, empty=no_key, rows_last=True, eps_dtype=judged if dtype is not None else
-                          check.input_dtype())
+                          check.input_dtype(), groups=check.kv_groups())
         if failure:
             raise AssertionError(failure)
 
@@ -685,7 +688,8 @@ def assert_attention_grads_close(actual, q, k, v, dout, *, factor=2.0, atol=None
                                     dtype=judged_here, what=f"{field}: ", skip=skip, empty=rows,
                                     widened=widened_hint(grad, dtype, check.inputs), magnitude=check.score_magnitude,
                                     scale=scale if field in ("dq", "dk", "dv") else None,
-                                    layout=layout if field in ("dq", "dk", "dv") else "bhsd"))
+                                    layout=layout if field in ("dq", "dk", "dv") else "bhsd",
+                                    groups=check.kv_groups() if field == "dq" else 1))
         failures = [f for f in failures if f]
         if failures:
             raise AssertionError("\n".join(failures))

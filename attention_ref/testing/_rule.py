@@ -59,29 +59,53 @@ def _rows_label(lo: int, hi: int) -> str:
     return f"row {lo}" if lo == hi else f"rows {lo}-{hi}"
 
 
-def _lead_label(index: tuple[int, ...]) -> str:
-    """How a report names the leading axes of one failing block: batch and head for (B, H, rows, ...)."""
-    if len(index) == 2:
-        return f"batch {index[0]}, head {index[1]}: "
-    if len(index) == 1:
-        return f"head {index[0]}: "
-    if not index:
-        return ""
-    return f"index {index}: "
+def _lead_label(index: tuple[int, ...], last_head: int | None = None, groups: int = 1) -> str:
+    """How a report names the leading axes of one failing block: batch and head for (B, H, rows, ...).
+
+    Under grouped-query attention (`groups` query heads a key/value head) the heads ``index[-1]`` to
+    `last_head` are named with their key/value head: ``batch 0, heads 4-7 (kv head 1): ``.
+    """
+    if len(index) not in (1, 2):
+        return f"index {index}: " if index else ""
+    head = index[-1]
+    heads = f"head {head}" if last_head in (None, head) else f"heads {head}-{last_head}"
+    if groups > 1:
+        heads += f" (kv head {head // groups})"
+    return f"batch {index[0]}, {heads}: " if len(index) == 2 else f"{heads}: "
 
 
-def places(bad: np.ndarray, empty: np.ndarray | None, rows_last: bool) -> list[str]:
+def _merge_heads(runs: list, groups: int) -> list:
+    """`runs` ``(lead, count, lo, hi, no key)`` as ``(lead, count, lo, hi, no key, last head)``: under
+    grouped-query attention (`groups` > 1, leads (batch, head) or (head,)) the runs of the same rows in
+    consecutive query heads of one key/value head merged into one, in the order of their first head."""
+    if groups <= 1 or not runs or len(runs[0][0]) not in (1, 2):
+        return [(*run, None) for run in runs]
+    merged: dict = {}  # (batch, kv head, lo, hi, no key) -> [[lead, count, lo, hi, no key, last head], ...]
+    for lead, n, lo, hi, flag in runs:
+        entries = merged.setdefault((lead[:-1], lead[-1] // groups, lo, hi, flag), [])
+        if entries and entries[-1][5] == lead[-1] - 1:
+            entries[-1][1] += n
+            entries[-1][5] = lead[-1]
+        else:
+            entries.append([lead, n, lo, hi, flag, lead[-1]])
+    return sorted((tuple(e) for entries in merged.values() for e in entries), key=lambda e: (e[0], e[2]))
+
+
+def places(bad: np.ndarray, empty: np.ndarray | None, rows_last: bool, groups: int = 1) -> list[str]:
     """Where the failing elements sit: one line per run of consecutive failing rows of one (batch, head).
 
     `bad` is (..., rows, cols), or (..., rows) with `rows_last` (a log-sum-exp); `empty` (..., rows) marks
     the rows whose reference has no allowed key (None: none). Indices count from 0, ranges are inclusive.
+    Under grouped-query attention (`groups` query heads a key/value head, the head axis that of ``bad[..., h,
+    rows, ...]``) a line names the key/value head, and query heads of one key/value head failing on the same
+    rows share a line.
     """
     if bad.ndim == 0:
         return ["the one element"]
     rows_last = rows_last or bad.ndim == 1  # a vector (dsinks): each element its own row
     per_row = bad.astype(np.int64) if rows_last else bad.sum(axis=-1)  # (..., rows)
     empty = None if empty is None else np.broadcast_to(empty, per_row.shape)
-    runs = []  # (label, count, lo, hi, no allowed key)
+    runs = []  # (lead, count, lo, hi, no allowed key)
     for lead in np.ndindex(per_row.shape[:-1]):
         counts = per_row[lead]
         rows = np.flatnonzero(counts)
@@ -91,10 +115,10 @@ def places(bad: np.ndarray, empty: np.ndarray | None, rows_last: bool) -> list[s
         # a new run where the rows stop being consecutive or the "no allowed key" flag changes
         cut = np.flatnonzero((np.diff(rows) != 1) | (flags[rows[1:]] != flags[rows[:-1]])) + 1
         for part in np.split(rows, cut):
-            runs.append((_lead_label(lead), int(counts[part].sum()), int(part[0]), int(part[-1]),
-                         bool(flags[part[0]])))
-    lines = [f"{label}{_rows_label(lo, hi)} ({n} element{'s' * (n != 1)})" + (", no allowed key" if flag else "")
-             for label, n, lo, hi, flag in runs[:MAX_PLACES]]
+            runs.append((lead, int(counts[part].sum()), int(part[0]), int(part[-1]), bool(flags[part[0]])))
+    runs = _merge_heads(runs, groups)
+    lines = [f"{_lead_label(lead, last, groups)}{_rows_label(lo, hi)} ({n} element{'s' * (n != 1)})"
+             + (", no allowed key" if flag else "") for lead, n, lo, hi, flag, last in runs[:MAX_PLACES]]
     if len(runs) > MAX_PLACES:
         rest = sum(run[1] for run in runs[MAX_PLACES:])
         lines.append(f"... and {len(runs) - MAX_PLACES} more runs of rows ({rest} elements)")
@@ -112,7 +136,8 @@ def _nonfinite(actual: np.ndarray) -> str:
 
 def compare(actual, reference, baseline, *, factor: float, atol, units: dict, dtype: np.dtype, what: str = "",
             baseline_name: str | None = None, skip=None, empty=None, rows_last: bool = False,
-            widened: str = "", magnitude=None, eps_dtype=None, scale=None, layout: str = "bhsd") -> str:
+            widened: str = "", magnitude=None, eps_dtype=None, scale=None, layout: str = "bhsd",
+            groups: int = 1) -> str:
     """The failure message of the rule (see assert_attention_close), or "" if `actual` passes.
 
     `dtype` is the precision judged (its eps sets the default atol, with `units`); the baseline is named by
@@ -124,7 +149,8 @@ def compare(actual, reference, baseline, *, factor: float, atol, units: dict, dt
     its few scores well bounds nothing. The default
     atol takes its ``eps`` from `eps_dtype` (default `dtype`) and its scale from `scale` (default the largest
     finite reference entry). The failing index is printed in `layout` (`._layout.caller_index`), the
-    arrays being in the package's.
+    arrays being in the package's. `groups`: query heads a key/value head under grouped-query attention,
+    named in the report's lines (`places`).
     """
     name = dtype_name(dtype)
     finite = np.isfinite(reference)
@@ -151,7 +177,7 @@ def compare(actual, reference, baseline, *, factor: float, atol, units: dict, dt
     worst = np.unravel_index(np.argmax(np.where(bad, err, -1.0)), err.shape)
     index = caller_index(tuple(int(i) for i in worst), layout)
     ratio = err[worst] / base_max if base_max > 0 else np.inf
-    where = "\n".join(places(bad, empty, rows_last))
+    where = "\n".join(places(bad, empty, rows_last, groups))
     return (
         f"{what}{int(bad.sum())} of {bad.size} elements are too far from the float64 reference\n"
         f"allowed: factor * (naive {baseline_name or name} baseline's largest error) + atol = "
