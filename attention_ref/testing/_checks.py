@@ -61,7 +61,8 @@ def assert_attention_close(actual, q, k, v, *, factor=2.0, atol=None, dtype=None
     dtype : dtype or str, optional
         The precision the kernel computed in, when `actual` was widened
         before the check (``out.float()`` of a bfloat16 kernel): a NumPy
-        dtype, an ml_dtypes type or a name such as ``"bfloat16"``. The
+        dtype, an ml_dtypes type, a name such as ``"bfloat16"``, or a
+        torch or JAX dtype (``torch.bfloat16``, ``jnp.bfloat16``). The
         baseline and the default `atol` follow it. Default: the dtype of
         `actual`.
     empty_rows : {"zeros", "mean", "nan", "any"}, optional
@@ -230,8 +231,12 @@ def assert_attention_close(actual, q, k, v, *, factor=2.0, atol=None, dtype=None
     bound of 1.11e-7). An `atol` given turns the floor off.
 
     With these defaults a scale wrong by 2 % fails in bfloat16, 0.5 % in
-    float16 and 0.1 % in float32 on every such case in which the scale
-    matters (a row with one allowed key does not depend on it).
+    float16 and 0.1 % in float32 on every case of
+    benchmarks/sensitivity.py's mix, whose scores are of order one and whose
+    rows allow several keys. Elsewhere a wrong scale can pass: a row with
+    one allowed key does not depend on it, and in bfloat16 neither nearly
+    uniform weights (scores within about 0.5 of each other) nor saturated
+    rows (one score tens above the rest) move by more than the rounding.
 
     References
     ----------
@@ -374,10 +379,12 @@ def assert_lse_close(actual_lse, q, k, v, *, base="e", empty=-np.inf, factor=2.0
         reference (in the kernel's base) and ``u`` from the table in
         `assert_attention_close`'s Notes (its log-sum-exp row).
     dtype : dtype or str, optional
-        The precision the kernel computed its log-sum-exp in: the baseline
-        is computed in it and the default `atol` follows it. Default: the
-        baseline in float32 (as kernels keep it), `atol` from the dtype of
-        `actual_lse`.
+        The precision the kernel computed its log-sum-exp in (as in
+        `assert_attention_close`: a NumPy or ml_dtypes dtype, a name, or a
+        torch or JAX dtype (``torch.bfloat16``, ``jnp.bfloat16``)): the
+        baseline is computed in it and the default `atol` follows it.
+        Default: the baseline in float32 (as kernels keep it), `atol` from
+        the dtype of `actual_lse`.
     empty_rows : {"zeros", "mean", "nan", "any"}, optional
         The kernel's convention for a row with no allowed key, as in
         `assert_attention_close`: with ``"zeros"`` (the default) such a row
@@ -530,8 +537,10 @@ def assert_attention_grads_close(actual, q, k, v, dout, *, factor=2.0, atol=None
         gradients row).
     dtype : dtype or str, optional
         The precision the kernel's backward computed in, when the gradients
-        were widened before the check; the baselines and the default
-        `atol` follow it. Default: each gradient's own dtype.
+        were widened before the check (as in `assert_attention_close`: a
+        NumPy or ml_dtypes dtype, a name, or a torch or JAX dtype
+        (``torch.bfloat16``, ``jnp.bfloat16``)); the baselines and the
+        default `atol` follow it. Default: each gradient's own dtype.
     empty_rows : {"zeros", "mean", "nan", "any"}, optional
         The forward's convention for a row with no allowed key, as in
         `assert_attention_close`, and what it implies for the gradients:
