@@ -38,12 +38,12 @@ def test_bshd_arrays_pass_as_they_are(problem):
 def test_failing_index_in_the_callers_layout(problem):
     q, k, v, dout, out, _, grads = problem
     wrong = bshd(out)
-    wrong[1, 5, 3, 2] += 1.0  # batch 1, row 5, head 3
+    wrong[1, 5, 3, 2] += 1.0  # batch 1, row 5, head 3 (of kv head 1)
     with pytest.raises(AssertionError) as info:
         assert_attention_close(wrong, bshd(q), bshd(k), bshd(v), layout="bshd", **OPTIONS)
     message = str(info.value)
     assert "at index (1, 5, 3, 2)" in message
-    assert "batch 1, head 3: row 5 (1 element)" in message
+    assert "batch 1, head 3 (kv head 1): row 5 (1 element)" in message
     assert "layout=" not in message
     wrong_dk = [bshd(g) for g in grads]
     wrong_dk[1][0, 7, 1, 4] += 1.0  # dk: batch 0, key 7, kv head 1
@@ -76,6 +76,9 @@ def test_bad_layouts(problem):
             check(first, q, k, v, layout="BSHD")
     with pytest.raises(ValueError, match="layout must be"):
         assert_attention_grads_close((q, k, v), q, k, v, out, layout=None)
+    with pytest.raises(ValueError, match=r"(?s)the attention output of q, k and v, \(2, 4, 20, 8\); got \(2, 4, 19, 8\)"
+                       r".*with layout='bshd' the arrays are read as \(B, H, L, E\)"):
+        assert_attention_close(bshd(out[:, :, :19]), bshd(q), bshd(k), bshd(v), layout="bshd", **OPTIONS)
     with pytest.raises(ValueError, match=r'q must have at least three axes \(\.\.\., L, H, E\) with layout="bshd"'):
         assert_attention_close(out, q[0, 0], k[0, 0], v[0, 0], layout="bshd")
 

@@ -68,11 +68,15 @@ def layout_note(q, k, layout: str) -> str:
 
 @contextlib.contextmanager
 def noted(q, k, layout: str):
-    """Re-raise an AssertionError or ValueError of the block with `layout_note` added, where it applies."""
+    """Re-raise an AssertionError or ValueError of the block with `layout_note` added, where it applies, and a
+    ValueError of a "bshd" check with a note that the shapes it names are in the package's order."""
     try:
         yield
     except (AssertionError, ValueError) as error:
         note = layout_note(q, k, layout)
+        if layout == "bshd" and isinstance(error, ValueError) and "with layout=" not in str(error):
+            note = ("note: with layout='bshd' the arrays are read as (B, H, L, E), their heads and positions "
+                    "swapped;\nthe shapes above are in that order")
         if not note:
             raise
         raise type(error)(f"{error}\n{note}") from error
