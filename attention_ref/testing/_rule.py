@@ -111,7 +111,7 @@ def places(bad: np.ndarray, empty: np.ndarray | None, rows_last: bool, groups: i
     rows_last = rows_last or bad.ndim == 1  # a vector (dsinks): each element its own row
     per_row = bad.astype(np.int64) if rows_last else bad.sum(axis=-1)  # (..., rows)
     empty = None if empty is None else np.broadcast_to(empty, per_row.shape)
-    runs = []  # (lead, count, lo, hi, no allowed key)
+    found = []  # (lead, count, lo, hi, no allowed key)
     for lead in np.ndindex(per_row.shape[:-1]):
         counts = per_row[lead]
         rows = np.flatnonzero(counts)
@@ -121,8 +121,8 @@ def places(bad: np.ndarray, empty: np.ndarray | None, rows_last: bool, groups: i
         # a new run where the rows stop being consecutive or the "no allowed key" flag changes
         cut = np.flatnonzero((np.diff(rows) != 1) | (flags[rows[1:]] != flags[rows[:-1]])) + 1
         for part in np.split(rows, cut):
-            runs.append((lead, int(counts[part].sum()), int(part[0]), int(part[-1]), bool(flags[part[0]])))
-    runs = _merge_heads(runs, groups)
+            found.append((lead, int(counts[part].sum()), int(part[0]), int(part[-1]), bool(flags[part[0]])))
+    runs = _merge_heads(found, groups)  # (lead, count, lo, hi, no allowed key, last head)
     lines = [f"{_lead_label(lead, last, groups)}{_rows_label(lo, hi)} ({n} element{'s' * (n != 1)})"
              + (", no allowed key" if flag else "") for lead, n, lo, hi, flag, last in runs[:MAX_PLACES]]
     if len(runs) > MAX_PLACES:
