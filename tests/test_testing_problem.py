@@ -121,6 +121,24 @@ def test_jax_is_checked_with_mean_forward_and_backward():
         assert_attention_grads_close(grads, q, k, v, dout, mask=mask)  # zeros: dv misses dout / S
 
 
+def test_mean_gradients_shift_the_baseline_as_well_as_the_reference():
+    """With empty_rows="mean", dv gets dout / S from an empty row in the reference *and* in the baseline: a
+    baseline left without it would be off by dout / S there, and its largest error would loosen the bound
+    of every element of dv to about that much."""
+    q, k, v, mask = problem(8, L=9, S=12, E=16)
+    dout = np.random.default_rng(9).standard_normal(q.shape).astype(np.float32)
+    q64, k64, v64, dout64 = (a.astype(np.float64) for a in (q, k, v, dout))
+    dq, dk, dv = ar.attention_backward(q64, k64, v64, dout64, mask=mask)[:3]
+    dv = dv + dout64[:, :, 2:3].sum(axis=-2, keepdims=True) / k.shape[-2]  # the mean's gradient, every key
+    assert np.abs(dout64[:, :, 2]).max() / k.shape[-2] > 0.1  # the shift is far above float32's rounding
+    grads = [g.astype(np.float32) for g in (dq, dk, dv)]
+    assert_attention_grads_close(grads, q, k, v, dout, mask=mask, empty_rows="mean")
+    wrong = grads[2].copy()
+    wrong[1, 0, 5, 3] += 1e-3  # far beyond float32's bound, far below dout / S
+    with pytest.raises(AssertionError, match=r"^dv: 1 of "):
+        assert_attention_grads_close([*grads[:2], wrong], q, k, v, dout, mask=mask, empty_rows="mean")
+
+
 def test_nan_gradients_are_expected_on_the_row_and_skipped_in_its_heads():
     q, k, v, mask = problem(7)
     q64, k64, v64 = (a.astype(np.float64) for a in (q, k, v))

@@ -355,7 +355,8 @@ def test_record_covers_every_case_and_every_report_line():
     for line in ("elements are too far", "allowed: factor", "largest error", "ratio to the baseline",
                  "non-finite values in actual:", "NaN", "+inf", "-inf", "where they are:", "no allowed key",
                  "more runs of rows", "note: actual is float32", "baseline='textbook'", "sequence 1: ",
-                 "dq: ", "dk: ", "dv: ", "dsinks: ", "batch 1, head 2: ", "\nhead 0: ", "the one element"):
+                 "dq: ", "dk: ", "dv: ", "dsinks: ", "batch 1, head 2: ", "\nhead 0: ", "the one element",
+                 "heads 2-3 (kv head 1): "):
         assert line in text, line
 
 

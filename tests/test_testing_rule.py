@@ -204,3 +204,38 @@ def test_an_unknown_baseline_is_a_value_error_naming_it(bad):
     q, k, v = qkv()
     with pytest.raises(ValueError, match=r"^baseline must be 'fused' or 'textbook'; got"):
         assert_attention_close(ar.scaled_dot_product_attention(q, k, v), q, k, v, baseline=bad)
+
+
+def test_grouped_query_lines_name_the_kv_head_and_merge_its_query_heads():
+    bad = np.zeros((2, 8, 6, 2), bool)  # 8 query heads, 4 per key/value head
+    bad[0, 4:8, 1:3] = True  # every query head of kv head 1, the same rows: one line
+    bad[0, 2, 4, 0] = True  # one query head of kv head 0
+    bad[1, 3:5, 0] = True  # heads 3 and 4 sit in different groups: two lines
+    bad[1, 6, 0:2] = True  # head 6, other rows than head 7
+    bad[1, 7, 0] = True
+    assert places(bad, None, rows_last=False, groups=4) == [
+        "batch 0, head 2 (kv head 0): row 4 (1 element)",
+        "batch 0, heads 4-7 (kv head 1): rows 1-2 (16 elements)",
+        "batch 1, head 3 (kv head 0): row 0 (2 elements)",
+        "batch 1, head 4 (kv head 1): row 0 (2 elements)",
+        "batch 1, head 6 (kv head 1): rows 0-1 (4 elements)",
+        "batch 1, head 7 (kv head 1): row 0 (2 elements)",
+    ]
+    # without groups, the lines are those of one head each, as before
+    assert len(places(bad, None, rows_last=False)) == 9
+
+
+def test_a_wrong_kv_head_is_named_in_the_report():
+    rng = np.random.default_rng(5)
+    q = rng.standard_normal((1, 8, 12, 8)).astype(np.float32)
+    k, v = (rng.standard_normal((1, 2, 12, 8)).astype(np.float32) for _ in range(2))
+    wrong_v = v.copy()
+    wrong_v[0, 1] += 0.1  # key/value head 1 read wrongly: query heads 4-7 fail
+    out = ar.scaled_dot_product_attention(q, k, wrong_v, enable_gqa=True).astype(np.float32)
+    lines = where_lines(message(assert_attention_close, out, q, k, v, enable_gqa=True))
+    assert lines == ["batch 0, heads 4-7 (kv head 1): rows 0-11 (384 elements)"], lines
+    _, lse = ar.scaled_dot_product_attention(q, k, v, enable_gqa=True, return_lse=True)
+    lse = lse.astype(np.float32)
+    lse[0, 5, 3] += 1.0
+    assert where_lines(message(assert_lse_close, lse, q, k, v, enable_gqa=True)) == [
+        "batch 0, head 5 (kv head 1): row 3 (1 element)"]

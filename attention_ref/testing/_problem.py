@@ -209,6 +209,15 @@ class Problem:
     def inputs(self) -> tuple[np.ndarray, ...]:
         return self.q, self.k, self.v
 
+    def kv_groups(self) -> int:
+        """Query heads per key/value head under grouped-query attention (``enable_gqa`` with fewer key/value
+        heads than query heads), else 1: the report names each query head's key/value head."""
+        gqa = self.flex.enable_gqa if self.flex is not None else bool(self.options.get("enable_gqa", False))
+        if not gqa or self.q.ndim < 3 or self.k.ndim < 3:
+            return 1
+        hq, hkv = self.q.shape[-3], self.k.shape[-3]
+        return hq // hkv if 0 < hkv < hq else 1
+
     def input_dtype(self) -> np.dtype:
         """The precision of the scores: the promoted dtype of `q` and `k` (bfloat16 for fp8 inputs)."""
         q, k = (fp8_output_dtype() if is_fp8(a.dtype) else as_real_array(a, n).dtype

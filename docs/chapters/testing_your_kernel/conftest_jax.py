@@ -3,8 +3,9 @@
 Copy this file into your tests folder as ``conftest.py``. The checkers take
 JAX arrays as they are; what differs is the layout. JAX writes (B, T, N, H):
 batch, positions, heads, features, where the package (and PyTorch) put the
-heads before the positions, (B, N, T, H). The fixtures swap those two axes
-of every array, and name JAX's convention for a query with no allowed key.
+heads before the positions, (B, N, T, H). The fixtures pass layout="bshd",
+which reads JAX's layout (and reports failing indices in it), and name
+JAX's convention for a query with no allowed key.
 """
 
 import jax
@@ -15,11 +16,6 @@ from attention_ref.testing import (
     assert_attention_close,
     assert_attention_grads_close,
 )
-
-
-def heads_first(x):
-    """(B, T, N, H) -> (B, N, T, H): swap positions and heads."""
-    return jnp.swapaxes(x, -3, -2)
 
 
 @pytest.fixture(params=["bfloat16", "float32"])
@@ -54,8 +50,7 @@ def check_attention():
 
     def check(out, q, k, v, *, empty_rows="mean", **options):
         assert_attention_close(
-            *map(heads_first, (out, q, k, v)), empty_rows=empty_rows,
-            **options,
+            out, q, k, v, layout="bshd", empty_rows=empty_rows, **options
         )
 
     return check
@@ -69,9 +64,8 @@ def check_grads():
 
     def check(grads, q, k, v, dout, *, empty_rows="mean", **options):
         assert_attention_grads_close(
-            tuple(map(heads_first, grads)),
-            *map(heads_first, (q, k, v, dout)),
-            empty_rows=empty_rows, **options,
+            grads, q, k, v, dout, layout="bshd", empty_rows=empty_rows,
+            **options,
         )
 
     return check
