@@ -2068,7 +2068,11 @@ def test_malformed_request_lines_are_answered_not_printed(tiny_site):
     assert "Traceback" not in printed_lines and "Error" not in printed_lines, printed_lines
     quiet = [line for line in served.seen if "malformed" in line]
     most = 1 + int((time.monotonic() - start) / ext_module("_live_connections").NOTICE_SECONDS)  # one a while
-    assert 1 <= len(quiet) <= most and "PRI * HTTP/2.0" in quiet[0], served.seen
+    # The first line names whichever malformed line the server read first (on a loaded machine a connection may
+    # be closed before its line is read, which the loop above allows).
+    firsts = [line.split("\r\n", 1)[0] for line in MALFORMED]
+    assert 1 <= len(quiet) <= most and any(repr(first) in quiet[0] for first in firsts if first.isprintable()), (
+        served.seen)
     assert len(quiet) == 1 or "more like it not shown" in quiet[1], quiet
 
 
