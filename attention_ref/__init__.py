@@ -80,6 +80,7 @@ from .multihead import MultiHeadParams, init_multi_head_params, merge_heads, mul
 from .paged import block_table_from_indptr, nhd_to_hnd, paged_attention
 from .plotting import check_labels, plot_attention, plot_heads
 from .positional import alibi_bias, alibi_slopes, apply_rope, sinusoidal_positions
+from .sigmoid import sigmoid_weights
 from .softmax import log_softmax, logsumexp, softmax
 from .varlen import varlen_attention
 
@@ -125,6 +126,7 @@ __all__ = [
     "quantize_fp8",
     "relative_bias_score_mod",
     "scaled_dot_product_attention",
+    "sigmoid_weights",
     "sinusoidal_positions",
     "sliding_window_mask",
     "sliding_window_mask_mod",

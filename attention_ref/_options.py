@@ -1,7 +1,8 @@
 """The keyword options the attention functions share, named and given their defaults once.
 
 `scaled_dot_product_attention` says what attention computes: a mask, a bias, causality and where its diagonal
-sits, a window, the scale, a soft cap, ALiBi slopes, sinks, dropout and grouped-query heads.
+sits, a window, the scale, a soft cap, ALiBi slopes, sinks, dropout, grouped-query heads, fp8 descales and the
+normalization of the weights (softmax or sigmoid).
 `blockwise_attention`, `attention_backward`, `decode_step` and `multi_head_attention` take all of these options
 or some of them, with the same meanings and defaults. `OPTIONS` lists them here, once. Each of those functions
 declares ``**options`` and is decorated with `takes_options`, which
@@ -38,14 +39,19 @@ OPTIONS: dict[str, object] = {
     "q_descale": None,
     "k_descale": None,
     "v_descale": None,
+    "normalization": "softmax",
+    "sigmoid_bias": None,
 }
 
 #: The options of dropout: its probability, and either a generator to draw the mask or the mask itself.
 DROPOUT = ("dropout_p", "rng", "dropout_mask")
 #: The descale factors of fp8 inputs (a forward-only option set: the backward takes no fp8).
 DESCALES = ("q_descale", "k_descale", "v_descale")
-#: The options of a deterministic call: all but dropout's (`blockwise_attention`'s set).
-DETERMINISTIC = tuple(name for name in OPTIONS if name not in DROPOUT)
+#: The choice of the weights' normalization (`attention_ref.sigmoid`): the dense forward and backward take it.
+NORMALIZATION = ("normalization", "sigmoid_bias")
+#: The options of a deterministic softmax call: all but dropout's and the normalization's (`blockwise_attention`'s
+#: set: its online softmax has no other normalization).
+DETERMINISTIC = tuple(name for name in OPTIONS if name not in DROPOUT + NORMALIZATION)
 
 
 def takes_options(*names: str):

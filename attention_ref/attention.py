@@ -27,6 +27,7 @@ from ._validation import (
 )
 from .fp8 import dequantize_inputs
 from .masks import ALIGNMENTS, in_window
+from .sigmoid import Sigmoid, choose_normalization, refuse_sigmoid
 from .softmax import softmax
 
 __all__ = ["scaled_dot_product_attention"]
@@ -73,6 +74,7 @@ class AttentionProblem:
     dropout_p: float = 0.0  # probability of zeroing each weight
     rng: np.random.Generator | None = None  # dropout's generator (checked when dropout_p > 0 without a mask)
     dropout_mask: np.ndarray | None = None  # bool keep-mask broadcastable to (..., L, S), instead of drawing one
+    sigmoid: Sigmoid | None = None  # the sigmoid normalization of the weights; None: the softmax
 
     @property
     def has_dropout(self) -> bool:
@@ -175,8 +177,11 @@ def _scores(p: AttentionProblem) -> np.ndarray:
 
 
 def _weights(p: AttentionProblem) -> np.ndarray:
-    """Attention weights, shape (..., L, S): the softmax of the scores, with the sinks in the denominator."""
+    """Attention weights, shape (..., L, S): the softmax of the scores, with the sinks in the denominator
+    (or the sigmoid of each score)."""
     scores = _scores(p)
+    if p.sigmoid is not None:
+        return p.sigmoid.weights(scores)
     if p.sinks is None:
         return softmax(scores, axis=-1)
     sinks = p.sinks[..., None, None]  # (..., H, 1, 1)
@@ -317,6 +322,9 @@ def prepare_attention(q, k, v, **options) -> AttentionProblem:
         dropout_mask = _at_least_2d(as_bool_mask(dropout_mask, "dropout_mask"))
         scores = (*batch, L, S)
         broadcast_shapes("dropout_mask and the scores", [("dropout_mask", dropout_mask.shape), ("scores", scores)])
+    sigmoid = choose_normalization(options["normalization"], options["sigmoid_bias"], S, work_dtype)
+    if sigmoid is not None and sinks is not None:
+        refuse_sigmoid(options["normalization"], "sinks")
 
     return AttentionProblem(
         q=q.astype(work_dtype, copy=False),
@@ -335,6 +343,7 @@ def prepare_attention(q, k, v, **options) -> AttentionProblem:
         dropout_p=dropout_p,
         rng=rng,
         dropout_mask=dropout_mask,
+        sigmoid=sigmoid,
     )
 
 
@@ -420,6 +429,15 @@ def scaled_dot_product_attention(q, k, v, *, return_weights=False, return_lse=Fa
         per-head descale `quantize_fp8` returns with ``per_head=True,
         axis=-3``, ``(1, Hkv, 1, 1)``. Without a descale an fp8 array stands
         for itself (descale 1).
+    normalization : {"softmax", "sigmoid"}, optional
+        How scores become weights: the softmax of each row (default), or
+        sigmoid attention [3]_, each weight ``sigmoid(x + sigmoid_bias)`` of
+        its own score (`sigmoid_weights`). A masked key gets weight 0 under
+        both, and the sigmoid's rows need not sum to one. The sigmoid takes
+        every option but `sinks` and `return_lse`, which need the softmax.
+    sigmoid_bias : float, optional
+        The sigmoid's bias ``b``; default ``-log S``. Only with
+        ``normalization="sigmoid"``.
     return_weights : bool, optional
         Also return the attention weights.
     return_lse : bool, optional
@@ -460,7 +478,10 @@ def scaled_dot_product_attention(q, k, v, *, return_weights=False, return_lse=Fa
         > 0, a side of `window` is negative (or it is not of length 2),
         `alibi_slopes` or `sinks` hold NaN or an infinity, or `scale`,
         `softcap`, `alibi_slopes` or `sinks` overflow the working dtype
-        (float32 for float16, bfloat16 and float32 input).
+        (float32 for float16, bfloat16 and float32 input); if
+        `normalization` is unknown, `sigmoid_bias` is given with the
+        softmax or is not finite, or the sigmoid comes with `sinks` or
+        `return_lse`.
 
     See Also
     --------
@@ -473,6 +494,7 @@ def scaled_dot_product_attention(q, k, v, *, return_weights=False, return_lse=Fa
     mask_to_bias : The additive form a boolean mask takes here.
     merge_attention : Folds `sinks` into results merged over key splits.
     softmax : Normalises each row of scores.
+    sigmoid_weights : The weights of ``normalization="sigmoid"``.
 
     Notes
     -----
@@ -525,6 +547,8 @@ def scaled_dot_product_attention(q, k, v, *, return_weights=False, return_lse=Fa
     .. [1] Vaswani, A. et al., "Attention Is All You Need", NeurIPS, 2017.
     .. [2] Ainslie, J. et al., "GQA: Training Generalized Multi-Query
        Transformer Models from Multi-Head Checkpoints", EMNLP, 2023.
+    .. [3] Ramapuram, J. et al., "Theory, Analysis, and Best Practices for
+       Sigmoid Self-Attention", arXiv:2409.04431, 2024.
 
     Examples
     --------
@@ -588,23 +612,40 @@ def scaled_dot_product_attention(q, k, v, *, return_weights=False, return_lse=Fa
     array([1.10794031, 1.10794031])
     >>> bool(np.allclose(lse, np.log(np.exp(q @ k.T / np.sqrt(2)).sum(axis=-1))))
     True
+
+    Sigmoid attention weighs each key by
+    :math:`\operatorname{sigmoid}(x_{ij} - \log S)` alone; the causal mask
+    leaves the first query one key, of weight
+    :math:`\operatorname{sigmoid}(1/\sqrt{2} - \log 2)`:
+
+    >>> out, w = scaled_dot_product_attention(q, k, v, normalization="sigmoid", is_causal=True,
+    ...                                       return_weights=True)
+    >>> w
+    array([[0.50348984, 0.        ],
+           [0.33333333, 0.50348984]])
+    >>> out
+    array([[ 5.03489843],
+           [13.4031302 ]])
     """
     p = prepare_attention(q, k, v, **options)
     return_weights = check_bool(return_weights, "return_weights")
     return_lse = check_bool(return_lse, "return_lse")
     lse = None
     if return_lse:
+        refuse_sigmoid(options["normalization"], "return_lse")
         lse = online_softmax(p)[1]  # (..., L), the online softmax's normaliser
 
-    if not p.has_dropout:
+    blocked = not p.has_dropout and p.sigmoid is None  # the softmax with no dropout: the blocked kernel
+    if blocked:
         # The same formula, evaluated in cache-sized blocks of queries in place;
         # `out` does not depend on whether the weights are asked for as well.
         out = dense_attention(p)  # non-finite input gives NaN rows, without a warning
         if not return_weights:
             return out if lse is None else (out, lse)
     weights = _weights(p)  # (..., L, S)
-    if p.has_dropout:
-        weights = weights * p.keep(weights.shape) / (1.0 - p.dropout_p)
+    if not blocked:
+        if p.has_dropout:
+            weights = weights * p.keep(weights.shape) / (1.0 - p.dropout_p)
         with np.errstate(invalid="ignore"):  # an infinite value times a zero weight: NaN, no warning
             out = np.broadcast_to(weights @ p.v, p.out_shape)  # (..., L, Ev)
         out = np.ascontiguousarray(out, dtype=p.out_dtype)

@@ -13,6 +13,7 @@ from ._options import DESCALES, DETERMINISTIC, OPTIONS, takes_options
 from ._validation import as_real_array, check_shape, result_dtype
 from .attention import AttentionProblem, prepare_attention
 from .blockwise import _block_sizes, blockwise_attention
+from .sigmoid import refuse_sigmoid
 from .softmax import logsumexp
 
 __all__ = ["AttentionGrads", "attention_backward"]
@@ -101,7 +102,7 @@ class _Tile:
 
     weights: np.ndarray  # softmax weights (sinks in the denominator), before dropout
     capped: np.ndarray | None  # tanh(raw / softcap), for the soft cap's chain rule; None without a cap
-    lse: np.ndarray  # (..., l): the rows' log-sum-exp (with the sink), as used
+    lse: np.ndarray | None  # (..., l): the rows' log-sum-exp (with the sink), as used; None for the sigmoid
 
 
 def _forward_tile(p: AttentionProblem, q_rows, k_cols, extra, lse=None) -> _Tile:
@@ -119,6 +120,8 @@ def _forward_tile(p: AttentionProblem, q_rows, k_cols, extra, lse=None) -> _Tile
         x = capped * p.softcap
     if extra is not None:
         x = x + extra
+    if p.sigmoid is not None:  # each weight from its own score: no row's log-sum-exp
+        return _Tile(p.sigmoid.weights(x), capped, lse)
     if lse is None:
         lse = logsumexp(x, axis=-1) if x.shape[-1] else np.full(x.shape[:-1], -np.inf, x.dtype)
         if p.sinks is not None:
@@ -141,8 +144,11 @@ def _backward_tile(p: AttentionProblem, tile: _Tile, dout_rows, v_cols, delta_ro
         factor = keep / (1.0 - dropout_p)
         dropped = dropped * factor
         dp *= factor
-    dp -= delta_rows[..., None]  # dP - D
-    dx = np.multiply(tile.weights, dp, out=dp)  # dS = P * (dP - D)
+    if p.sigmoid is not None:
+        dx = p.sigmoid.score_grad(tile.weights, dp)  # dS = P (1 - P) dP
+    else:
+        dp -= delta_rows[..., None]  # dP - D
+        dx = np.multiply(tile.weights, dp, out=dp)  # dS = P * (dP - D)
     if tile.capped is None:
         return dx, dx, dropped
     return dx, dx * (1.0 - tile.capped * tile.capped), dropped  # d(c tanh(u / c)) / du = 1 - tanh^2
@@ -254,6 +260,10 @@ def attention_backward(q, k, v, dout, *, out=None, lse=None, block_size=None, **
         The options of the forward call, as in
         `scaled_dot_product_attention`. Masks, windows and ALiBi slopes get
         no gradient.
+    normalization : {"softmax", "sigmoid"}, optional
+        The forward's normalization of the weights (see Notes).
+    sigmoid_bias : float, optional
+        The sigmoid's bias, as the forward took it (default ``-log S``).
     dropout_p : float, optional
         Dropout probability of the forward call, in [0, 1).
     rng : numpy.random.Generator, optional
@@ -273,7 +283,8 @@ def attention_backward(q, k, v, dout, *, out=None, lse=None, block_size=None, **
         None (default): the whole (L, S) matrix of weights at once. An int,
         or a pair ``(block_q, block_k)``: tiles of that many query rows and
         key columns, the weights recomputed tile by tile from `lse`, with
-        the tiles that a causal mask or window hides skipped.
+        the tiles that a causal mask or window hides skipped. Softmax
+        only.
 
     Returns
     -------
@@ -293,7 +304,8 @@ def attention_backward(q, k, v, dout, *, out=None, lse=None, block_size=None, **
     ValueError
         As `scaled_dot_product_attention`; also if `dout` or `out` does not
         have the shape of the output, `lse` not that of the output without
-        its last axis, or a block size is < 1.
+        its last axis, or a block size is < 1; if `lse` or `block_size`
+        comes with ``normalization="sigmoid"`` (they need the softmax).
 
     See Also
     --------
@@ -336,6 +348,16 @@ def attention_backward(q, k, v, dout, *, out=None, lse=None, block_size=None, **
 
     A row with no allowed key has zero weights and output, so it adds
     nothing to any gradient.
+
+    With ``normalization="sigmoid"`` each weight :math:`P_{ij} =
+    \operatorname{sigmoid}(x_{ij} + b)` depends on its own score only: no
+    row sum, no :math:`D`, and
+
+    .. math::
+
+        dX = P \circ (1 - P) \circ dP,
+
+    zero on masked keys, where :math:`P = 0`.
 
     Dropout: `scaled_dot_product_attention` draws its keep mask as
     ``rng.random(shape) >= dropout_p``, one draw over the (..., L, S)
@@ -392,6 +414,17 @@ def attention_backward(q, k, v, dout, *, out=None, lse=None, block_size=None, **
     >>> grads = attention_backward(q, k, v, dout, out=out, dropout_p=0.5, rng=np.random.default_rng(7))
     >>> bool(np.isclose(np.sum(grads.dv * v), np.sum(dout * out), rtol=1e-12, atol=0))  # out is linear in v
     True
+
+    Sigmoid attention: one query, one key of score 0 and bias 0 (the
+    default :math:`-\log S` with :math:`S = 1`), so the weight is 1/2 and
+    its derivative 1/4:
+
+    >>> one = np.ones((1, 1))
+    >>> grads = attention_backward(one, one, one, one, scale=0.0, normalization="sigmoid", sigmoid_bias=0.0)
+    >>> grads.dv, grads.dq
+    (array([[0.5]]), array([[0.]]))
+    >>> attention_backward(one, one, one, one, scale=0.0, normalization="sigmoid", bias=np.zeros((1, 1))).dbias
+    array([[0.25]])
     """
     # float16 and bfloat16 are worked in float64: the weights recomputed from lse carry a float32 error of about
     # eps32 * |lse|, which dP - D turns into a large relative error where a row's weight is nearly one (a key
@@ -409,6 +442,9 @@ def attention_backward(q, k, v, dout, *, out=None, lse=None, block_size=None, **
         lse = _checked(lse, "lse", p.out_shape[:-1], "the attention output's shape without its last axis, (..., L)",
                        work)
     blocks = None if block_size is None else _block_sizes(block_size)
+    for name, value in (("block_size", block_size), ("lse", lse)):
+        if value is not None:  # the tiles recompute the softmax's weights from its log-sum-exp
+            refuse_sigmoid(options["normalization"], name)
 
     score_shape = (*_score_batch(p), p.n_queries, p.n_keys)
     with np.errstate(invalid="ignore", over="ignore"):  # non-finite input: NaN gradients, no warning

@@ -42,6 +42,7 @@ from attention_ref import (
     plot_attention,
     plot_heads,
     scaled_dot_product_attention,
+    sigmoid_weights,
     sinusoidal_positions,
     sliding_window_mask,
     softmax,
@@ -174,6 +175,10 @@ CASES = [
     ("softmax", "axis-float", call(softmax, np.ones(3), axis=0.0), TypeError, r"^axis "),
     ("softmax", "axis-None", call(softmax, np.ones(3), axis=None), TypeError, r"^axis "),
     ("softmax", "axis-range", call(softmax, np.ones((2, 3)), axis=2), ValueError, r"^axis=2"),
+    ("sigmoid_weights", "scores-None", call(sigmoid_weights, None), TypeError, r"^scores "),
+    ("sigmoid_weights", "scores-complex", call(sigmoid_weights, np.ones(2, complex)), TypeError, r"^scores "),
+    ("sigmoid_weights", "bias-str", call(sigmoid_weights, np.ones(2), bias="x"), TypeError, r"^bias "),
+    ("sigmoid_weights", "bias-inf", call(sigmoid_weights, np.ones(2), bias=np.inf), ValueError, r"^bias "),
     ("log_softmax", "x-None", call(log_softmax, None), TypeError, r"^x "),
     ("log_softmax", "x-complex", call(log_softmax, np.ones(2, complex)), TypeError, r"^x "),
     ("log_softmax", "axis-range", call(log_softmax, np.ones(3), axis=-2), ValueError, r"^axis=-2"),
@@ -236,6 +241,11 @@ CASES = [
     ("attention_backward", "scale-nan", backward(scale=np.nan), ValueError, r"^scale "),
     # --- scaled_dot_product_attention
     ("scaled_dot_product_attention", "q-None", sdpa(q=None), TypeError, r"^q "),
+    ("scaled_dot_product_attention", "normalization-unknown", sdpa(normalization="relu"), ValueError,
+     r"^normalization must be one of 'softmax', 'sigmoid'; got 'relu'"),
+    ("scaled_dot_product_attention", "sigmoid_bias-softmax", sdpa(sigmoid_bias=-1.0), ValueError, r"^sigmoid_bias "),
+    ("scaled_dot_product_attention", "sigmoid-return_lse", sdpa(normalization="sigmoid", return_lse=True),
+     ValueError, r"^return_lse "),
     ("scaled_dot_product_attention", "q-str", sdpa(q="q"), TypeError, r"^q "),
     ("scaled_dot_product_attention", "k-mixed-list", sdpa(k=[[1.0, "a"]]), TypeError, r"^k "),
     ("scaled_dot_product_attention", "v-complex", sdpa(v=V + 0j), TypeError, r"^v "),
@@ -629,6 +639,10 @@ def _float16_calls():
             q, k, v, mask=np.zeros((3, 5), bool), return_weights=True
         ),
         "sdpa-dropout": lambda: scaled_dot_product_attention(q, k, v, dropout_p=0.5, rng=np.random.default_rng(0)),
+        "sdpa-sigmoid": lambda: scaled_dot_product_attention(
+            q, k, v, mask=np.zeros((3, 5), bool) | (np.arange(3)[:, None] > 0), normalization="sigmoid",
+            return_weights=True),  # query 0: an empty row
+        "sigmoid_weights": lambda: sigmoid_weights(_f16(3, 5) * np.float16(1e4)),
         "sdpa-gqa": lambda: scaled_dot_product_attention(_f16(4, 3, 4), k[0], v[0], enable_gqa=True),
         "init_multi_head_params": lambda: p16.w_q,
         "multi_head_attention": lambda: multi_head_attention(_f16(2, 3, 8), p16, is_causal=True, return_weights=True),

@@ -51,6 +51,8 @@ BAD = {
     "q_descale": ({"q_descale": "x"}, TypeError),
     "k_descale": ({"k_descale": np.ones((5, 5))}, ValueError),  # not one factor per (batch, head)
     "v_descale": ({"v_descale": np.nan}, ValueError),
+    "normalization": ({"normalization": "relu"}, ValueError),
+    "sigmoid_bias": ({"normalization": "sigmoid", "sigmoid_bias": np.inf}, ValueError),
 }
 
 

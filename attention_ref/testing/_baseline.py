@@ -73,9 +73,9 @@ def _naive_forward(q, k, v, dtype: np.dtype, options: dict, intermediate=None, f
     when given: FlashAttention 3's ``intermediate_dtype``); ``exact_weights`` those of the softmax before
     that rounding. ``capped`` is ``tanh(s / c)`` of the soft cap (None without one), ``sink_weight`` each
     row's weight on its sink (None without sinks); ``out`` is not broadcast to the output's batch shape.
-    ``lse`` (..., L) is ``m + log Z``, ``-inf`` for a row whose denominator is zero. With a dropout mask,
-    ``kept`` is ``keep / (1 - dropout_p)`` (..., L, S), which multiplies the weights before the product
-    with the values (``weights`` are those before dropout); None without one.
+    ``lse`` (..., L) is ``m + log Z``, ``-inf`` for a row whose denominator is zero (None for the sigmoid).
+    With a dropout mask, ``kept`` is ``keep / (1 - dropout_p)`` (..., L, S), which multiplies the weights before
+    the product with the values (``weights`` are those before dropout); None without one.
     """
     return naive_forward_of(naive_problem(q, k, v, dtype, options), dtype, intermediate, fused)
 
@@ -111,7 +111,10 @@ def naive_forward_of(p, dtype: np.dtype, intermediate=None, fused=True, extra=Fa
             s = inner(s + extra)
         if sinks is not None:
             sinks = rnd(np.asarray(sinks).astype(work))[..., None, None]
-        exact, sink_weight, lse = _naive_softmax(s, sinks, inner, work)
+        if p.sigmoid is not None:  # sigmoid(s + b), each step rounded as the scores are; no log-sum-exp
+            exact, sink_weight, lse = p.sigmoid.weights(s, inner), None, None
+        else:
+            exact, sink_weight, lse = _naive_softmax(s, sinks, inner, work)
         weights = rnd(exact)
         if intermediate is not None:
             weights = weights.astype(intermediate).astype(work)
@@ -153,7 +156,10 @@ def naive_backward_of(p, dout, dtype: np.dtype, fused=True, extra=False, dbias=T
         if kept is not None:
             dp = inner(dp * kept)  # the gradient reaching the weights before dropout
         delta = inner(np.sum(inner(do * out), axis=-1))  # (..., L)
-        dx = inner(exact * inner(dp - delta[..., None]))  # the bias's gradient
+        if p.sigmoid is not None:
+            dx = p.sigmoid.score_grad(exact, dp, inner)  # P (1 - P) dP: the bias's gradient
+        else:
+            dx = inner(exact * inner(dp - delta[..., None]))  # the bias's gradient
         ds = dx if capped is None else inner(dx * inner(1 - inner(capped * capped)))
         ds = rnd(ds)  # the operand of the two products
         dq = rnd(rnd(ds @ p.k.astype(work)) * work.type(p.scale))

@@ -7,6 +7,7 @@ import numpy as np
 from .._interop import to_numpy
 from .._validation import as_real_array
 from ..backward import AttentionGrads, _sum_groups, _sum_to
+from ..sigmoid import refuse_sigmoid
 from ._baseline import _naive_attention, _naive_backward  # noqa: F401  (the tests read the baselines here)
 from ._layout import check_layout, heads_first, noted
 from ._problem import Problem, check_empty_rows, empty_expected, is_fused, output_array
@@ -92,6 +93,10 @@ def assert_attention_close(actual, q, k, v, *, factor=2.0, atol=None, dtype=None
         which the reference and the baseline then apply.
         ``return_weights`` and ``rng`` are not accepted, nor ``dropout_p``
         without ``dropout_mask``. Array options may be framework arrays too.
+        ``normalization="sigmoid"`` (with ``sigmoid_bias``) checks sigmoid
+        attention: its baseline is the naive sigmoid attention in the
+        kernel's dtype (scores, plus the bias, sigmoid, product with the
+        values).
 
         Or a FlexAttention variant, with the semantics of
         `attention_ref.flex_attention`: ``score_mod``, ``mask_mod`` (NumPy
@@ -403,7 +408,8 @@ def assert_lse_close(actual_lse, q, k, v, *, base="e", empty=-np.inf, factor=2.0
         The options of `assert_attention_close`, describing the attention
         the kernel computed (``sinks`` are counted in the log-sum-exp), or
         its FlexAttention variant (``score_mod``, ``mask_mod``,
-        ``block_mask``, with ``scale`` and ``enable_gqa``).
+        ``block_mask``, with ``scale`` and ``enable_gqa``). Not
+        ``normalization="sigmoid"``: sigmoid attention has no log-sum-exp.
 
     Returns
     -------
@@ -422,6 +428,7 @@ def assert_lse_close(actual_lse, q, k, v, *, base="e", empty=-np.inf, factor=2.0
     ValueError
         If `actual_lse` does not have the shape ``(..., L)`` of the output's
         rows, `base` is not ``"e"`` or 2, `empty` is not an infinity,
+        ``normalization`` is not the softmax,
         `factor` or `atol` is negative or not finite, or `layout` is not
         ``"bhsd"`` or ``"bshd"``.
 
@@ -472,6 +479,7 @@ def assert_lse_close(actual_lse, q, k, v, *, base="e", empty=-np.inf, factor=2.0
     layout = check_layout(layout)
     with noted(q, k, layout):
         q, k, v = heads_first(layout, q=q, k=k, v=v)
+        refuse_sigmoid(options.get("normalization", "softmax"), "assert_lse_close")  # sigmoid: no log-sum-exp
         check = Problem(q, k, v, options, "assert_lse_close")
         actual = output_array(actual_lse, "actual_lse")
         if base not in _LOG_BASES:
@@ -565,7 +573,8 @@ def assert_attention_grads_close(actual, q, k, v, dout, *, factor=2.0, atol=None
         Keyword arguments of `attention_ref.scaled_dot_product_attention`
         describing the attention, as for `assert_attention_close`
         (``dropout_p`` only with ``dropout_mask``; ``return_weights`` and
-        ``rng`` are not accepted), or a FlexAttention variant
+        ``rng`` are not accepted; ``normalization="sigmoid"`` differentiates
+        the sigmoid), or a FlexAttention variant
         (``score_mod``, ``mask_mod``, ``block_mask``, with ``scale`` and
         ``enable_gqa``), with ``score_mod_grad``, the derivative of
         ``score_mod`` with respect to the score, where ``score_mod`` is

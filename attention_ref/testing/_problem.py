@@ -20,7 +20,7 @@ import threading
 import numpy as np
 
 from .._interop import to_numpy
-from .._options import DROPOUT, OPTIONS
+from .._options import DROPOUT, NORMALIZATION, OPTIONS
 from .._validation import as_real_array, is_fp8, result_dtype
 from ..attention import _scores, prepare_attention, scaled_dot_product_attention
 from ..backward import AttentionGrads, _checked, attention_backward, finish_grads
@@ -194,6 +194,8 @@ class Problem:
                 options[name] = to_numpy(options[name], name)
         self.q, self.k, self.v = (to_numpy(a, name) for a, name in ((q, "q"), (k, "k"), (v, "v")))
         self.options = options
+        #: Sigmoid attention (`attention_ref.sigmoid`), computed on whole arrays.
+        self.sigmoid = options.get("normalization", "softmax") == "sigmoid"
         self.flex = None
         self._magnitude: float | None = None
         self._prepared_cache: dict = {}
@@ -232,13 +234,16 @@ class Problem:
             out, row_lse = flex_attention(self.q64, self.k64, self.v64, self.flex.score_mod, self.flex.mask_mod,
                                           return_lse=True, **self.flex.keywords())
             return (out, row_lse) if lse else out
+        if lse and self.sigmoid:
+            return scaled_dot_product_attention(self.q64, self.k64, self.v64, **self.plain), self.reference_lse()
         return scaled_dot_product_attention(self.q64, self.k64, self.v64, return_lse=lse, **self.plain)
 
     def reference_lse(self) -> np.ndarray:
-        """The float64 log-sum-exp (..., L), before any dropout."""
+        """The float64 log-sum-exp (..., L) of the scores, before any dropout; ``-inf`` marks a row with no
+        allowed key (the sigmoid has none of its own, so this serves its checks to find those rows)."""
         if self.flex is not None:
             return self.reference(lse=True)[1]
-        plain = {name: value for name, value in self.plain.items() if name not in DROPOUT}
+        plain = {name: value for name, value in self.plain.items() if name not in DROPOUT + NORMALIZATION}
         return scaled_dot_product_attention(self.q64, self.k64, self.v64, return_lse=True, **plain)[1]
 
     def reference_grads(self, dout64: np.ndarray) -> AttentionGrads:
@@ -261,8 +266,8 @@ class Problem:
         for name in options:
             if name not in function.options:
                 raise TypeError(f"{function.__name__}() got an unexpected keyword argument {name!r}")
-        if self.flex is not None or np.dtype(dtype) == np.float64:
-            return None
+        if self.flex is not None or np.dtype(dtype) == np.float64 or self.sigmoid:
+            return None  # the sigmoid too: the tiles' reference is the online softmax
         key = (function.__name__, tuple(options))
         if key not in self._prepared_cache:
             p = prepare_attention(self.q64, self.k64, self.v64, **options)

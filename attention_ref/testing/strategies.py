@@ -44,10 +44,11 @@ except ImportError:
     ) from None
 
 from .._interop import numpy_to_torch
-from .._validation import check_bool, check_int, float_dtype, is_dtype_like
+from .._validation import check_bool, check_choice, check_int, float_dtype, is_dtype_like
 from ..attention import scaled_dot_product_attention
 from ..masks import ALIGNMENTS, causal_mask, sliding_window_mask
 from ..positional import alibi_bias, alibi_slopes
+from ..sigmoid import NORMALIZATIONS
 
 __all__ = ["AttentionProblem", "attention_problems"]
 
@@ -248,7 +249,7 @@ class AttentionProblem:
         ValueError
             If the problem has an option torch's attention cannot express:
             ``softcap`` or ``sinks`` (draw without them: ``softcap=False``,
-            ``sinks=False``).
+            ``sinks=False``), or ``normalization="sigmoid"``.
         ImportError
             If torch is not installed.
 
@@ -277,6 +278,10 @@ class AttentionProblem:
             >>> F = torch.nn.functional                               # doctest: +SKIP
             >>> out = F.scaled_dot_product_attention(*p.to_torch(), **p.sdpa_kwargs())  # doctest: +SKIP
         """
+        normalization = self.options.get("normalization", "softmax")
+        if normalization != "softmax":
+            raise ValueError(f"torch's scaled_dot_product_attention has no normalization={normalization!r}, only the "
+                             f"softmax (draw with normalizations=('softmax',), the default)")
         present = [name for name in _NOT_IN_SDPA if self.options.get(name) is not None]
         if present:
             shown = ", ".join(f"{name}={_describe(self.options[name])}" for name in present)
@@ -412,7 +417,8 @@ def _keep_min_keys(options: dict, L: int, S: int, min_keys: int) -> int:
 
 
 @st.composite
-def _problems(draw, dtypes, max_len, gqa, masks, causal, windows, softcap, bias, alibi, sinks, hard, min_keys):
+def _problems(draw, dtypes, max_len, gqa, masks, causal, windows, softcap, bias, alibi, sinks, hard, min_keys,
+              normalizations=("softmax",)):
     """The composite strategy behind `attention_problems` (arguments already checked)."""
     dtype = draw(st.sampled_from(dtypes), label="dtype")
     B = draw(st.integers(1, 2), label="B")
@@ -448,7 +454,11 @@ def _problems(draw, dtypes, max_len, gqa, masks, causal, windows, softcap, bias,
         options["bias"] = (spread_b * rng.standard_normal(shape)).astype(dtype)
     if alibi and draw(st.booleans(), label="alibi"):
         options["alibi_slopes"] = draw(st.sampled_from(_ALIBI_FACTORS), label="alibi factor") * alibi_slopes(H)
-    if sinks and draw(st.booleans(), label="sinks"):
+    normalization = draw(st.sampled_from(normalizations), label="normalization") if len(normalizations) > 1 \
+        else normalizations[0]
+    if normalization != "softmax":
+        options["normalization"] = normalization  # the sigmoid: no sinks (no denominator to join)
+    elif sinks and draw(st.booleans(), label="sinks"):
         options["sinks"] = draw(st.sampled_from(_SINK_SPREADS), label="sink spread") * rng.standard_normal(H)
     if min_keys > 1:
         L = _keep_min_keys(options, L, S, min_keys)
@@ -462,11 +472,13 @@ def _problems(draw, dtypes, max_len, gqa, masks, causal, windows, softcap, bias,
 
 
 def attention_problems(*, dtypes=("float32",), max_len=64, gqa=True, masks=True, causal=True, windows=True,
-                       softcap=True, bias=False, alibi=False, sinks=False, hard=True, min_keys=1):
+                       softcap=True, bias=False, alibi=False, sinks=False, hard=True, min_keys=1,
+                       normalizations=("softmax",)):
     r"""Hypothesis strategy drawing attention problems (`AttentionProblem`) to check a kernel on.
 
     Every draw is a valid call of `attention_ref.scaled_dot_product_attention`
-    and of `attention_ref.blockwise_attention`:
+    and, unless it is a sigmoid draw (`normalizations`), of
+    `attention_ref.blockwise_attention`:
     ``scaled_dot_product_attention(p.q, p.k, p.v, **p.options)``.
 
     Parameters
@@ -524,6 +536,11 @@ def attention_problems(*, dtypes=("float32",), max_len=64, gqa=True, masks=True,
         least that wide, and causal draws are bottom-right with ``S - L >=
         min_keys - 1`` (top-left, query 0 sees one key). The default, 1,
         constrains nothing: with `hard` rows with no allowed key are drawn.
+    normalizations : sequence of {"softmax", "sigmoid"}, optional
+        The normalizations of the weights to draw from: a sigmoid draw has
+        ``normalization="sigmoid"`` in its options (with the default bias
+        :math:`-\log S`, and no ``sinks``), a softmax draw no such key.
+        Default the softmax only, so the sigmoid is drawn only when asked.
 
     Returns
     -------
@@ -587,10 +604,14 @@ def attention_problems(*, dtypes=("float32",), max_len=64, gqa=True, masks=True,
         ("gqa", gqa), ("masks", masks), ("causal", causal), ("windows", windows), ("softcap", softcap),
         ("bias", bias), ("alibi", alibi), ("sinks", sinks), ("hard", hard))}
     min_keys = check_int(min_keys, "min_keys", minimum=1)
+    if isinstance(normalizations, str) or not isinstance(normalizations, (tuple, list)) or not normalizations:
+        raise ValueError(f"normalizations must be a non-empty sequence of 'softmax' and 'sigmoid'; "
+                         f"got {normalizations!r}")
+    normalizations = tuple(check_choice(n, "normalizations", NORMALIZATIONS) for n in normalizations)
     most = max_len if hard else min(max_len, _BENIGN_MAX_LEN)
     if min_keys > most:
         limit = f"max_len={max_len}" if most == max_len else f"{most}, the longest benign length (hard=False)"
         raise ValueError(f"min_keys must be at most the number of keys the draws can have, {limit}; "
                          f"got min_keys={min_keys}")
-    return _problems(dtypes, max_len, min_keys=min_keys, **flags)
+    return _problems(dtypes, max_len, min_keys=min_keys, normalizations=normalizations, **flags)
 
