@@ -105,19 +105,28 @@ class _Tile:
     lse: np.ndarray | None  # (..., l): the rows' log-sum-exp (with the sink), as used; None for the sigmoid
 
 
+def tile_scores(q_rows, k_cols, scale, softcap):
+    """The scaled (and soft-capped) scores of ``q_rows`` (..., l, E) against ``k_cols`` (..., s, E), and
+    ``tanh(raw / softcap)`` for the cap's chain rule (None without a cap): ``(scores, capped)``, (..., l, s).
+
+    One definition for every tile the backward and the checkers' reference recompute."""
+    x = q_rows @ np.swapaxes(k_cols, -1, -2)  # (..., l, s)
+    x *= scale
+    capped = None
+    if softcap is not None:
+        x /= softcap
+        capped = np.tanh(x, out=x)
+        x = capped * softcap
+    return x, capped
+
+
 def _forward_tile(p: AttentionProblem, q_rows, k_cols, extra, lse=None) -> _Tile:
     """Recompute the weights of ``q_rows`` (..., l, E) against ``k_cols`` (..., s, E).
 
     ``extra`` is the tile's additive term (or None). Without `lse` the tile
     must hold every key of its rows: the log-sum-exp is computed here.
     """
-    x = q_rows @ np.swapaxes(k_cols, -1, -2)  # (..., l, s)
-    x *= p.scale
-    capped = None
-    if p.softcap is not None:
-        x /= p.softcap
-        capped = np.tanh(x, out=x)
-        x = capped * p.softcap
+    x, capped = tile_scores(q_rows, k_cols, p.scale, p.softcap)
     if extra is not None:
         x = x + extra
     if p.sigmoid is not None:  # each weight from its own score: no row's log-sum-exp

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from .._kernel import _PARALLEL_MIN, _one_blas_thread, block_rows, n_threads, run_blocks
-from ..backward import _broadcast_index, _sum_to
+from ..backward import _broadcast_index, _sum_to, tile_scores
 from ._baseline import naive_extra, naive_forward_of
 
 __all__: list[str] = []  # private module
@@ -146,13 +146,7 @@ def reference_blocks(u, dout=None, *, out=True, magnitude=False, dbias=None) -> 
         for r0 in range(0, L, block):
             rows = slice(r0, min(L, r0 + block))
             cols = slice(*u.key_range(rows))
-            x = q[..., rows, :] @ np.swapaxes(k[..., cols, :], -1, -2)  # (..., l, s)
-            x *= u.scale
-            capped = None
-            if u.softcap is not None:
-                x /= u.softcap
-                capped = np.tanh(x, out=x)
-                x = capped * u.softcap
+            x, capped = tile_scores(q[..., rows, :], k[..., cols, :], u.scale, u.softcap)  # (..., l, s)
             extra = (inside if u.inside_window(rows, cols) else u).additive(rows, cols)
             if extra is not None:
                 x = x + extra
