@@ -39,14 +39,20 @@ OPTIONS = {
 }
 
 
-@pytest.mark.parametrize("L", [96, 700], ids=["one task", "units"])
-@pytest.mark.parametrize("name", list(OPTIONS))
-def test_forward_is_the_whole_array_computation(name, L):
+def _case(name, L):
+    """The options of case `name` at length `L` (the long one runs as units, without (L, S) masks, biases or
+    dropout masks) and its number of key/value heads."""
     options = OPTIONS[name]
     if L != 96:
         options = {key: value for key, value in options.items() if key not in ("mask", "bias", "dropout_mask",
                                                                               "dropout_p")}
-    Hkv = 2 if options.get("enable_gqa") else 4
+    return options, 2 if options.get("enable_gqa") else 4
+
+
+@pytest.mark.parametrize("L", [96, 700], ids=["one task", "units"])
+@pytest.mark.parametrize("name", list(OPTIONS))
+def test_forward_is_the_whole_array_computation(name, L):
+    options, Hkv = _case(name, L)
     q, k, v, _ = problem(0, BF16, L=L, Hkv=Hkv)
     check = Problem(q, k, v, options, "test")
     reference, lse, naive = check.forward(BF16, True, magnitude=True)
@@ -69,11 +75,7 @@ def test_forward_is_the_whole_array_computation(name, L):
 @pytest.mark.parametrize("L", [96, 700], ids=["one task", "units"])
 @pytest.mark.parametrize("name", list(OPTIONS))
 def test_gradients_are_the_whole_array_computation(name, L):
-    options = OPTIONS[name]
-    if L != 96:
-        options = {key: value for key, value in options.items() if key not in ("mask", "bias", "dropout_mask",
-                                                                              "dropout_p")}
-    Hkv = 2 if options.get("enable_gqa") else 4
+    options, Hkv = _case(name, L)
     q, k, v, dout = problem(1, np.float16, L=L, Hkv=Hkv)
     check = Problem(q, k, v, options, "test")
     reference, lse, baselines = check.grads_pass(dout, [np.dtype(np.float16)], True, dbias="bias" in options)
