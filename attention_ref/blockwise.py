@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._online import _safe_max, online_softmax
+from ._attention_problem import prepare_attention
+from ._online import online_softmax, safe_max
 from ._options import DETERMINISTIC, takes_options
 from ._validation import as_per_head, as_real_array, check_bool, check_int, result_dtype
-from .attention import prepare_attention
 
 __all__ = ["blockwise_attention", "merge_attention"]
 
 
-def _block_sizes(block_size) -> tuple[int, int]:
+def block_sizes(block_size) -> tuple[int, int]:
     """Return ``(block_q, block_k)`` from an int or a pair of ints, each >= 1."""
     if isinstance(block_size, (tuple, list)):
         if len(block_size) != 2:
@@ -212,7 +212,7 @@ def blockwise_attention(q, k, v, *, block_size=256, return_lse=False, **options)
     array([0.69314718, 1.09861229, 1.09861229, 1.09861229, 1.09861229,
            1.09861229, 1.09861229])
     """
-    block_q, block_k = _block_sizes(block_size)
+    block_q, block_k = block_sizes(block_size)
     return_lse = check_bool(return_lse, "return_lse")
     p = prepare_attention(q, k, v, **options)
     out, lse = online_softmax(p, block_q, block_k)
@@ -356,7 +356,7 @@ def merge_attention(outs, lses, *, sinks=None):
         sinks = as_per_head(sinks, "sinks", shape[:-2], work_dtype)
         lse_parts = np.concatenate([lse_parts, np.broadcast_to(sinks[..., None], shape[:-1])[None]])
     with np.errstate(invalid="ignore", over="ignore"):  # +inf or NaN parts: NaN rows, no warning
-        shift = _safe_max(lse_parts.max(axis=0))  # (..., L)
+        shift = safe_max(lse_parts.max(axis=0))  # (..., L)
         weights = np.exp(lse_parts - shift)  # (n, ..., L); 0 for -inf parts
         total = weights.sum(axis=0)
         seen = total != 0  # False where every part is empty

@@ -22,7 +22,7 @@ import numpy as np
 
 from ._interop import is_torch_tensor, numpy_to_torch, to_numpy
 from ._kernel import run_blocks, scaled_down_values
-from ._online import _online_update, _safe_max
+from ._online import online_update, safe_max
 from ._validation import (
     as_real_array,
     check_bool,
@@ -35,7 +35,7 @@ from ._validation import (
     result_dtype,
 )
 from .backward import AttentionGrads
-from .blockwise import _block_sizes
+from .blockwise import block_sizes
 
 __all__ = ["block_mask_to_dense", "flex_attention", "flex_attention_backward"]
 
@@ -202,7 +202,7 @@ def _checked_result(fn, kind: str, result, shape: tuple[int, ...], where: str) -
     return arr
 
 
-def _tile_mask(mask_mod, index, shape, where) -> np.ndarray:
+def tile_mask(mask_mod, index, shape, where) -> np.ndarray:
     """The ``mask_mod`` of one tile: booleans broadcastable to `shape` (B, H, l, s).
 
     `index` holds the integer arrays ``(b, h, q_idx, kv_idx)``; a mod written for torch gets them as int64
@@ -215,7 +215,7 @@ def _tile_mask(mask_mod, index, shape, where) -> np.ndarray:
     return allowed
 
 
-def _tile_score(score_mod, scores, index, where) -> np.ndarray:
+def tile_score(score_mod, scores, index, where) -> np.ndarray:
     """``score_mod`` of one tile of `scores` (B, H, l, s), as a real array of that shape and dtype.
 
     A mod written for torch gets `scores` as a tensor of its dtype (bfloat16 too) and `index` as int64 tensors.
@@ -230,7 +230,7 @@ def _tile_score(score_mod, scores, index, where) -> np.ndarray:
     return np.array(np.broadcast_to(arr, scores.shape), dtype=scores.dtype)  # a copy: the tile is overwritten later
 
 
-def _autograd_derivative(score_mod):
+def autograd_derivative(score_mod):
     """``score_mod``'s derivative by torch autograd, called as a ``score_mod_grad`` is (NumPy arrays in and out)."""
 
     def score_mod_grad(score, b, h, q_idx, kv_idx):
@@ -239,7 +239,7 @@ def _autograd_derivative(score_mod):
     return score_mod_grad
 
 
-def _score_mod_derivative(score_mod, score_mod_grad, probe):
+def choose_score_mod_derivative(score_mod, score_mod_grad, probe):
     """The derivative of `score_mod` a backward pass uses, chosen in one order for every caller.
 
     `score_mod_grad` when given; else the ``score_mod_grad`` attribute the package's score functions carry;
@@ -308,7 +308,7 @@ class _Flex:
             scale = 1.0 / math.sqrt(E) if E else 1.0
         scale = check_real(scale, "scale")
         check_fits_dtype(scale, "scale", dtype)
-        self.block_q, self.block_k = _block_sizes(block_size)
+        self.block_q, self.block_k = block_sizes(block_size)
         self.q, self.k, self.v = (a.astype(dtype, copy=False) for a in (q, k, v))
         self.dtype = dtype
         self.scale = dtype.type(scale)
@@ -342,22 +342,22 @@ class _Flex:
         index, shape, where = self.tile(rows, cols)
         allowed = None
         if self.mask_mod is not None:
-            allowed = _tile_mask(self.mask_mod, index, shape, where)
+            allowed = tile_mask(self.mask_mod, index, shape, where)
             if not allowed.any():
                 return None  # no product, no score_mod
             if allowed.all():
                 allowed = None
         raw = _tile_products(q_rows, np.swapaxes(k_cols, -1, -2))  # (B, Hq, l, s), queries already scaled
-        x = raw if self.score_mod is None else _tile_score(self.score_mod, raw.copy(), index, where)
+        x = raw if self.score_mod is None else tile_score(self.score_mod, raw.copy(), index, where)
         if allowed is not None:
             x = np.where(allowed, x, -np.inf)
         elif x is raw:
-            x = raw.copy()  # _online_update overwrites its scores
+            x = raw.copy()  # online_update overwrites its scores
         return x, raw, allowed
 
 
 def _probe(p: _Flex):
-    """The first score of the problem, as `_score_mod_derivative` tries a mod on it; None for an empty problem."""
+    """The first score of the problem, as `choose_score_mod_derivative` tries a mod on it; None for an empty problem."""
     if not (p.L and p.S):
         return None
     index, shape, where = p.tile(slice(0, 1), slice(0, 1))
@@ -378,7 +378,7 @@ def _forward_block(p: _Flex, rows: slice, v_scale_exp: int, out, lse) -> None:
             continue
         if v_scale_exp:
             v_cols = np.ldexp(v_cols, -v_scale_exp)
-        _online_update(m, total, acc, tile[0], v_cols)
+        online_update(m, total, acc, tile[0], v_cols)
     seen = total != 0  # False where every key was masked or scored -inf
     np.divide(acc, total[..., None], out=out[:, :, rows], where=seen[..., None])
     out[:, :, rows][~seen] = 0.0
@@ -637,7 +637,7 @@ def flex_attention_backward(q, k, v, dout, score_mod=None, mask_mod=None, *, sco
     work = np.float64 if first.itemsize < 4 else None  # as attention_backward: half precision worked in float64
     p = _Flex(q, k, v, score_mod, mask_mod, scale, enable_gqa, block_size, work=work)
     if score_mod is not None:
-        score_mod_grad = _score_mod_derivative(score_mod, score_mod_grad, _probe(p))  # None: by torch autograd
+        score_mod_grad = choose_score_mod_derivative(score_mod, score_mod_grad, _probe(p))  # None: by torch autograd
     elif score_mod_grad is not None and not callable(score_mod_grad):
         raise TypeError(f"score_mod_grad must be a function or None; got {type(score_mod_grad).__name__}")
     dout = as_real_array(dout, "dout")
@@ -653,7 +653,7 @@ def flex_attention_backward(q, k, v, dout, score_mod=None, mask_mod=None, *, sco
             rows = slice(r0, min(p.L, r0 + p.block_q))
             q_rows = p.q[:, :, rows]
             q_scaled = q_rows * p.scale
-            shift = _safe_max(lse[:, :, rows])[..., None]  # (B, Hq, l, 1); empty rows: 0, weights exp(-inf) = 0
+            shift = safe_max(lse[:, :, rows])[..., None]  # (B, Hq, l, 1); empty rows: 0, weights exp(-inf) = 0
             for cols in p.key_blocks():
                 k_cols, v_cols = p.keys(cols)
                 tile = p.scores(q_scaled, k_cols, rows, cols)
@@ -886,7 +886,7 @@ def _dense_mask(kv_num_blocks, kv_indices, full_kv_num_blocks, full_kv_indices, 
                     index = (b, h, np.arange(rows.start, rows.stop).reshape(1, 1, -1, 1),
                              np.arange(cols.start, cols.stop).reshape(1, 1, 1, -1))
                     where = f"on the block of queries {rows.start}:{rows.stop} and keys {cols.start}:{cols.stop}"
-                    allowed = _tile_mask(mask_mod, index, (B, H, rows.stop - rows.start, cols.stop - cols.start),
+                    allowed = tile_mask(mask_mod, index, (B, H, rows.stop - rows.start, cols.stop - cols.start),
                                          where)
                 tile = tile | (partial[:, :, m, n, None, None] & allowed)
             dense[:, :, rows, cols] = tile

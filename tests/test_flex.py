@@ -699,12 +699,12 @@ def test_torch_mods_capture_tensors_and_see_the_working_dtype(tt):
     scores = np.linspace(-2, 2, 6, dtype=bfloat16_dtype()).reshape(1, 1, 2, 3)  # the checkers' helper, bfloat16
     index = (np.zeros((1, 1, 1, 1), int), np.zeros((1, 1, 1, 1), int), np.arange(2).reshape(1, 1, 2, 1),
              np.arange(3).reshape(1, 1, 1, 3))
-    got = flex._tile_score(bias, scores, index, "in the test")
+    got = flex.tile_score(bias, scores, index, "in the test")
     assert got.dtype == scores.dtype and seen[-1] == tt.bfloat16
     want = (scores.astype(float) - (index[2] < index[3])).astype(scores.dtype)  # rounded to bfloat16, as torch does
     np.testing.assert_array_equal(got.astype(float), want.astype(float))
     index = (*index[:2], np.arange(7, 10).reshape(1, 1, 3, 1), np.arange(8, 12).reshape(1, 1, 1, 4))
-    allowed = flex._tile_mask(document, index, (1, 1, 3, 4), "in the test")
+    allowed = flex.tile_mask(document, index, (1, 1, 3, 4), "in the test")
     np.testing.assert_array_equal(allowed, (IDS[7:10, None] == IDS[8:12])[None, None])
     assert allowed.any() and not allowed.all()
 
@@ -723,7 +723,7 @@ def test_autograd_derivative_of_a_torch_score_mod_equals_score_mod_grad(tt, name
     got = flex._autograd_slope(t_mod, scores, index, "in the test")
     want = np.broadcast_to(numpy_mod.score_mod_grad(scores, *index), shape)
     assert got.shape == shape and got.dtype == np.float64
-    np.testing.assert_array_equal(flex._autograd_derivative(t_mod)(scores, *index), got)  # for the checkers
+    np.testing.assert_array_equal(flex.autograd_derivative(t_mod)(scores, *index), got)  # for the checkers
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-15)
     if name == "softcap":
         assert not np.all(got == got.flat[0])  # a derivative that depends on the score

@@ -71,7 +71,8 @@ def find_cycle(graph):
 
 def test_the_graph_is_read_from_the_source():
     graph = import_graph()
-    assert "attention_ref.attention" in graph["attention_ref.blockwise"]
+    assert "attention_ref._attention_problem" in graph["attention_ref.blockwise"]
+    assert "attention_ref._attention_problem" in graph["attention_ref.attention"]
     assert "attention_ref._online" in graph["attention_ref.attention"]
     assert "attention_ref._online" in graph["attention_ref.blockwise"]
     assert "attention_ref.blockwise" in graph["attention_ref"]  # the package's __init__ imports its modules

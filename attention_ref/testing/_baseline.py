@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._attention_problem import prepare_attention
 from .._validation import as_real_array
-from ..attention import prepare_attention
 from ..backward import AttentionGrads, finish_grads
-from ..flex import _tile_mask, _tile_score
+from ..flex import tile_mask, tile_score
 
 __all__: list[str] = []  # private module
 
@@ -65,7 +65,7 @@ def _naive_softmax(s, sinks, rnd, work):
     return weights, sink_weight, lse
 
 
-def _naive_forward(q, k, v, dtype: np.dtype, options: dict, intermediate=None, fused=True):
+def naive_forward_arrays(q, k, v, dtype: np.dtype, options: dict, intermediate=None, fused=True):
     """The naive forward in `dtype`: ``(p, weights, capped, sink_weight, out, lse, kept, exact_weights)``.
 
     The steps are rounded as `_rounding` says (`fused`: the scores and the softmax in float32).
@@ -94,7 +94,7 @@ def naive_extra(p, dtype: np.dtype) -> np.ndarray | None:
 
 
 def naive_forward_of(p, dtype: np.dtype, intermediate=None, fused=True, extra=False):
-    """`_naive_forward` of the prepared problem `p` (one (batch, head) of it, or all); `extra`: its
+    """`naive_forward_arrays` of the prepared problem `p` (one (batch, head) of it, or all); `extra`: its
     `naive_extra` when the caller has it (False: computed here)."""
     rnd, inner, work = _rounding(dtype, fused)
     sinks = p.sinks
@@ -125,13 +125,13 @@ def naive_forward_of(p, dtype: np.dtype, intermediate=None, fused=True, extra=Fa
     return p, weights, capped, sink_weight, out, lse, kept, exact
 
 
-def _naive_attention(q, k, v, dtype: np.dtype, options: dict, intermediate=None, fused=True) -> np.ndarray:
+def naive_attention(q, k, v, dtype: np.dtype, options: dict, intermediate=None, fused=True) -> np.ndarray:
     """The naive formula in `dtype`, fused or textbook (the baseline; see assert_attention_close)."""
-    p, _, _, _, out, _, _, _ = _naive_forward(q, k, v, dtype, options, intermediate, fused)
+    p, _, _, _, out, _, _, _ = naive_forward_arrays(q, k, v, dtype, options, intermediate, fused)
     return np.broadcast_to(out, p.out_shape).astype(dtype)
 
 
-def _naive_backward(q, k, v, dout, dtype: np.dtype, options: dict, fused=True) -> AttentionGrads:
+def naive_backward(q, k, v, dout, dtype: np.dtype, options: dict, fused=True) -> AttentionGrads:
     """The naive backward in `dtype`, fused or textbook (the baseline of assert_attention_grads_close).
 
     Fused, as FlashAttention-2's backward: ``dV = P^T dO`` with the rounded weights, ``dP``, ``D`` and
@@ -143,7 +143,7 @@ def _naive_backward(q, k, v, dout, dtype: np.dtype, options: dict, fused=True) -
 
 
 def naive_backward_of(p, dout, dtype: np.dtype, fused=True, extra=False, dbias=True):
-    """``(dq, dk, dv, dbias, dsinks)`` of `_naive_backward` for the prepared problem `p`, before they are
+    """``(dq, dk, dv, dbias, dsinks)`` of `naive_backward` for the prepared problem `p`, before they are
     summed to the inputs' shapes (`attention_ref.backward.finish_grads`); `extra` as `naive_forward_of`.
     ``dbias`` is None without a bias, or when not asked for (`dbias` False)."""
     rnd, inner, work = _rounding(dtype, fused)
@@ -192,9 +192,9 @@ class NaiveFlex:
             self.raw = inner(s * work.type(flex.scale))
             x = self.raw
             if flex.score_mod is not None:
-                x = inner(_tile_score(flex.score_mod, self.raw.copy(), self.index, self.where).astype(work))
+                x = inner(tile_score(flex.score_mod, self.raw.copy(), self.index, self.where).astype(work))
             if flex.mask_mod is not None:
-                x = np.where(_tile_mask(flex.mask_mod, self.index, self.shape, self.where), x, -np.inf)
+                x = np.where(tile_mask(flex.mask_mod, self.index, self.shape, self.where), x, -np.inf)
             self.scores = x  # what the softmax sees
             self.exact, _, self.lse = _naive_softmax(x, None, inner, work)
             self.weights = rnd(self.exact)  # what multiplies the values

@@ -19,20 +19,28 @@ import threading
 
 import numpy as np
 
+from .._attention_problem import prepare_attention, problem_scores
 from .._interop import to_numpy
 from .._options import DROPOUT, NORMALIZATION, OPTIONS
 from .._validation import as_real_array, is_fp8, result_dtype
-from ..attention import _scores, prepare_attention, scaled_dot_product_attention
-from ..backward import AttentionGrads, _checked, attention_backward, finish_grads
+from ..attention import scaled_dot_product_attention
+from ..backward import AttentionGrads, attention_backward, checked_array, finish_grads
 from ..flex import (
-    _autograd_derivative,
-    _score_mod_derivative,
+    autograd_derivative,
     block_mask_to_dense,
+    choose_score_mod_derivative,
     flex_attention,
     flex_attention_backward,
 )
 from ..fp8 import dequantize_inputs, fp8_output_dtype
-from ._baseline import NaiveFlex, _naive_attention, _naive_backward, _naive_forward, naive_backward_of, naive_problem
+from ._baseline import (
+    NaiveFlex,
+    naive_attention,
+    naive_backward,
+    naive_backward_of,
+    naive_forward_arrays,
+    naive_problem,
+)
 from ._tiles import (
     NotTiled,
     add_bias_grad,
@@ -105,7 +113,7 @@ def output_array(actual, name: str = "actual") -> np.ndarray:
     return arr
 
 
-def _dequantized(q, k, v, options: dict):
+def dequantized(q, k, v, options: dict):
     """``(q, k, v, options, fp8)``: float64 copies of what the kernel's inputs stand for, and the rest.
 
     fp8 arrays are dequantized by their descales (exactly, in float64) and the descales leave the options;
@@ -153,10 +161,10 @@ class _Flex:
 
 def score_mod_derivative(score_mod, given):
     """``score_mod``'s derivative with respect to the score, chosen as `attention_ref.flex_attention_backward`
-    chooses it (`attention_ref.flex._score_mod_derivative`), torch's autograd wrapped as a function."""
+    chooses it (`attention_ref.flex.choose_score_mod_derivative`), torch's autograd wrapped as a function."""
     probe = (np.zeros((1, 1, 1, 1)), *(np.zeros((1, 1, 1, 1), np.int64) for _ in range(4))), "on a probe of one score"
-    derivative = _score_mod_derivative(score_mod, given, probe)
-    return _autograd_derivative(score_mod) if derivative is None else derivative
+    derivative = choose_score_mod_derivative(score_mod, given, probe)
+    return autograd_derivative(score_mod) if derivative is None else derivative
 
 
 def _is_default(name: str, value) -> bool:
@@ -205,7 +213,7 @@ class Problem:
                                             ((self.q, "q"), (self.k, "k"), (self.v, "v")))
             self.plain, self.fp8 = {}, None
         else:
-            self.q64, self.k64, self.v64, self.plain, self.fp8 = _dequantized(self.q, self.k, self.v, options)
+            self.q64, self.k64, self.v64, self.plain, self.fp8 = dequantized(self.q, self.k, self.v, options)
 
     @property
     def inputs(self) -> tuple[np.ndarray, ...]:
@@ -368,7 +376,7 @@ class Problem:
         """Check the options and `dout` as `attention_backward` does (its errors), before any work."""
         p = self._prepared(attention_backward, self.options, np.float32)
         if p is not None:
-            _checked(dout, "dout", p.out_shape, "the shape of the attention output (..., L, Ev)", np.float64)
+            checked_array(dout, "dout", p.out_shape, "the shape of the attention output (..., L, Ev)", np.float64)
 
     def grads_pass(self, dout, dtypes, fused: bool, *, dbias: bool, magnitude: bool = False,
                    progress: bool = False):
@@ -376,7 +384,7 @@ class Problem:
         gradients for each dtype of `dtypes` (each computed once, with one forward)."""
         p = self._prepared(attention_backward, self.options, max(dtypes, key=lambda d: np.dtype(d).itemsize))
         if p is not None:
-            dout64 = _checked(dout, "dout", p.out_shape, "the shape of the attention output (..., L, Ev)",
+            dout64 = checked_array(dout, "dout", p.out_shape, "the shape of the attention output (..., L, Ev)",
                               np.float64)
             try:
                 return self._grads_tiles(p, dout, dout64, dtypes, fused, dbias, magnitude, progress)
@@ -444,20 +452,20 @@ class Problem:
         if self.flex is not None:
             return NaiveFlex(self.q, self.k, self.v, dtype, self.flex, fused).out.astype(dtype)
         if self.fp8 is None:
-            return _naive_attention(self.q, self.k, self.v, dtype, self.options, fused=fused)
+            return naive_attention(self.q, self.k, self.v, dtype, self.options, fused=fused)
         # FlashAttention 3's: the dequantized inputs in the output's dtype, the weights rounded to fp8
-        return _naive_attention(self.q64, self.k64, self.v64, dtype, self.plain, intermediate=self.fp8, fused=fused)
+        return naive_attention(self.q64, self.k64, self.v64, dtype, self.plain, intermediate=self.fp8, fused=fused)
 
     def naive_lse(self, dtype: np.dtype, fused: bool) -> np.ndarray:
         if self.flex is not None:
             return NaiveFlex(self.q64, self.k64, self.v64, dtype, self.flex, fused).lse
         plain = {name: value for name, value in self.plain.items() if name not in DROPOUT}
-        return _naive_forward(self.q64, self.k64, self.v64, dtype, plain, fused=fused)[5]
+        return naive_forward_arrays(self.q64, self.k64, self.v64, dtype, plain, fused=fused)[5]
 
     def naive_grads(self, dout, dtype: np.dtype, fused: bool) -> AttentionGrads:
         if self.flex is not None:
             return NaiveFlex(self.q, self.k, self.v, dtype, self.flex, fused).backward(dout)
-        return _naive_backward(self.q, self.k, self.v, dout, dtype, self.options, fused=fused)
+        return naive_backward(self.q, self.k, self.v, dout, dtype, self.options, fused=fused)
 
     def score_magnitude(self) -> float:
         """The largest magnitude of the scores the softmax sees (finite ones), at least 1.
@@ -470,7 +478,7 @@ class Problem:
                 scores = NaiveFlex(self.q64, self.k64, self.v64, np.dtype(np.float64), self.flex).scores
             else:
                 plain = {name: value for name, value in self.plain.items() if name not in DROPOUT}
-                scores = _scores(prepare_attention(self.q64, self.k64, self.v64, **plain))
+                scores = problem_scores(prepare_attention(self.q64, self.k64, self.v64, **plain))
             self._magnitude = max(1.0, float(np.max(np.abs(scores[np.isfinite(scores)]), initial=0.0)))
         return self._magnitude
 
