@@ -8,6 +8,7 @@ from ._attention_problem import prepare_attention
 from ._online import online_softmax, safe_max
 from ._options import DETERMINISTIC, takes_options
 from ._validation import as_per_head, as_real_array, check_bool, check_int, result_dtype
+from .sigmoid import softmax_only
 
 __all__ = ["blockwise_attention", "merge_attention"]
 
@@ -27,7 +28,7 @@ def block_sizes(block_size) -> tuple[int, int]:
     return size, size
 
 
-@takes_options(*DETERMINISTIC)
+@takes_options(*DETERMINISTIC, "normalization")
 def blockwise_attention(q, k, v, *, block_size=256, return_lse=False, **options):
     r"""Attention computed block by block with an online softmax, never forming the (L, S) matrix.
 
@@ -83,6 +84,9 @@ def blockwise_attention(q, k, v, *, block_size=256, return_lse=False, **options)
     q_descale, k_descale, v_descale : float or array_like, optional
         Descale factors of fp8 input, as in `scaled_dot_product_attention`;
         fp8 input gives bfloat16 output.
+    normalization : {"softmax"}, optional
+        The online softmax is the only normalization here; ``"sigmoid"``
+        is refused by name (`scaled_dot_product_attention` computes it).
     return_lse : bool, optional
         Also return the log-sum-exp of each query row's scores.
 
@@ -108,8 +112,9 @@ def blockwise_attention(q, k, v, *, block_size=256, return_lse=False, **options)
         As `scaled_dot_product_attention`; also if `block_size` is not an
         integer or a pair of integers, or `return_lse` is not a bool.
     ValueError
-        As `scaled_dot_product_attention`; also if a block size is < 1 or
-        `block_size` is a sequence whose length is not 2.
+        As `scaled_dot_product_attention`; also if a block size is < 1,
+        `block_size` is a sequence whose length is not 2, or `normalization`
+        is not ``"softmax"``.
 
     See Also
     --------
@@ -214,6 +219,7 @@ def blockwise_attention(q, k, v, *, block_size=256, return_lse=False, **options)
     """
     block_q, block_k = block_sizes(block_size)
     return_lse = check_bool(return_lse, "return_lse")
+    softmax_only(options["normalization"], "blockwise_attention")
     p = prepare_attention(q, k, v, **options)
     out, lse = online_softmax(p, block_q, block_k)
     out = out.astype(p.out_dtype, copy=False)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._validation import as_real_array, check_choice, check_fits_dtype, check_real, result_dtype
+from ._validation import as_real_array, check_choice, check_fits_dtype, check_real, check_supported, result_dtype
 
 __all__ = ["sigmoid_weights"]
 
@@ -81,6 +81,17 @@ def refuse_sigmoid(normalization, what: str) -> None:
     check_choice(normalization, "normalization", NORMALIZATIONS)
     if normalization != "softmax":
         raise ValueError(f"{what} has no meaning with normalization={normalization!r}: it needs the softmax")
+
+
+#: Where a function that computes the softmax only sends a caller asking for the sigmoid.
+SIGMOID_ELSEWHERE = ("scaled_dot_product_attention, attention_backward, varlen_attention, paged_attention, "
+                     "decode_step, multi_head_attention and the checkers take normalization='sigmoid'")
+
+
+def softmax_only(normalization, function: str) -> None:
+    """A ValueError naming `normalization` unless it is the softmax: `function` has no other normalization."""
+    check_choice(normalization, "normalization", NORMALIZATIONS)
+    check_supported(normalization, "normalization", ("softmax",), function, SIGMOID_ELSEWHERE)
 
 
 def sigmoid_weights(scores, bias=None):
