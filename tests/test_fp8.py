@@ -301,7 +301,7 @@ def test_descales_by_batch_entry_and_group_written_out_one_head_at_a_time():
 def test_the_fp8_baseline_rounds_the_weights_to_fp8():
     # FA3's intermediate_dtype: a baseline without that rounding is several times closer to the reference.
     from attention_ref.testing._baseline import naive_attention
-    from attention_ref.testing._problem import dequantized
+    from attention_ref.testing._variants import dequantized
 
     q8, k8, v8, options = fp8_problem(5)
     q, k, v, plain, fp8 = dequantized(q8, k8, v8, options)

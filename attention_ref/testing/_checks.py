@@ -7,7 +7,6 @@ import numpy as np
 from .._interop import to_numpy
 from .._validation import as_real_array
 from ..backward import AttentionGrads, sum_groups, sum_to
-from ..sigmoid import refuse_sigmoid
 from ._layout import check_layout, heads_first, noted
 from ._problem import Problem, check_empty_rows, empty_expected, is_fused, output_array
 from ._rule import (
@@ -477,8 +476,8 @@ def assert_lse_close(actual_lse, q, k, v, *, base="e", empty=-np.inf, factor=2.0
     layout = check_layout(layout)
     with noted(q, k, layout):
         q, k, v = heads_first(layout, q=q, k=k, v=v)
-        refuse_sigmoid(options.get("normalization", "softmax"), "assert_lse_close")  # sigmoid: no log-sum-exp
         check = Problem(q, k, v, options, "assert_lse_close")
+        check.variant.require_lse("assert_lse_close")  # the sigmoid has no log-sum-exp
         actual = output_array(actual_lse, "actual_lse")
         if base not in _LOG_BASES:
             raise ValueError(f'base must be "e" or 2; got {base!r}')
