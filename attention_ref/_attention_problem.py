@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from ._normalization import choose_normalization, needs_softmax
 from ._options import OPTIONS
 from ._validation import (
     as_bool_mask,
@@ -33,7 +35,6 @@ from ._validation import (
 )
 from .fp8 import dequantize_inputs
 from .masks import ALIGNMENTS, in_window
-from .sigmoid import Sigmoid, choose_normalization, refuse_sigmoid
 
 __all__: list[str] = []  # private module: attention_ref.attention re-exports AttentionProblem and prepare_attention
 
@@ -79,7 +80,7 @@ class AttentionProblem:
     dropout_p: float = 0.0  # probability of zeroing each weight
     rng: np.random.Generator | None = None  # dropout's generator (checked when dropout_p > 0 without a mask)
     dropout_mask: np.ndarray | None = None  # bool keep-mask broadcastable to (..., L, S), instead of drawing one
-    sigmoid: Sigmoid | None = None  # the sigmoid normalization of the weights; None: the softmax
+    normalization: Any = None  # an elementwise normalization (`._normalization`: the sigmoid); None: the softmax
 
     @property
     def has_dropout(self) -> bool:
@@ -310,9 +311,9 @@ def prepare_attention(q, k, v, **options) -> AttentionProblem:
         dropout_mask = _at_least_2d(as_bool_mask(dropout_mask, "dropout_mask"))
         scores = (*batch, L, S)
         broadcast_shapes("dropout_mask and the scores", [("dropout_mask", dropout_mask.shape), ("scores", scores)])
-    sigmoid = choose_normalization(options["normalization"], options["sigmoid_bias"], S, work_dtype)
-    if sigmoid is not None and sinks is not None:
-        refuse_sigmoid(options["normalization"], "sinks")
+    normalization = choose_normalization(options, S, work_dtype)
+    if normalization is not None and sinks is not None:
+        needs_softmax(options["normalization"], "sinks")
 
     return AttentionProblem(
         q=q.astype(work_dtype, copy=False),
@@ -331,5 +332,5 @@ def prepare_attention(q, k, v, **options) -> AttentionProblem:
         dropout_p=dropout_p,
         rng=rng,
         dropout_mask=dropout_mask,
-        sigmoid=sigmoid,
+        normalization=normalization,
     )

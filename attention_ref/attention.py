@@ -6,10 +6,10 @@ import numpy as np
 
 from ._attention_problem import AttentionProblem, prepare_attention, problem_scores
 from ._kernel import dense_attention
+from ._normalization import needs_softmax
 from ._online import online_softmax
 from ._options import takes_options
 from ._validation import check_bool
-from .sigmoid import refuse_sigmoid
 from .softmax import softmax
 
 __all__ = ["scaled_dot_product_attention"]
@@ -17,10 +17,10 @@ __all__ = ["scaled_dot_product_attention"]
 
 def _weights(p: AttentionProblem) -> np.ndarray:
     """Attention weights, shape (..., L, S): the softmax of the scores, with the sinks in the denominator
-    (or the sigmoid of each score)."""
+    (or the problem's elementwise normalization of each score, as the sigmoid)."""
     scores = problem_scores(p)
-    if p.sigmoid is not None:
-        return p.sigmoid.weights(scores)
+    if p.normalization is not None:
+        return p.normalization.weights(scores)
     if p.sinks is None:
         return softmax(scores, axis=-1)
     sinks = p.sinks[..., None, None]  # (..., H, 1, 1)
@@ -317,10 +317,10 @@ def scaled_dot_product_attention(q, k, v, *, return_weights=False, return_lse=Fa
     return_lse = check_bool(return_lse, "return_lse")
     lse = None
     if return_lse:
-        refuse_sigmoid(options["normalization"], "return_lse")
+        needs_softmax(options["normalization"], "return_lse")
         lse = online_softmax(p)[1]  # (..., L), the online softmax's normaliser
 
-    blocked = not p.has_dropout and p.sigmoid is None  # the softmax with no dropout: the blocked kernel
+    blocked = not p.has_dropout and p.normalization is None  # the softmax with no dropout: the blocked kernel
     if blocked:
         # The same formula, evaluated in cache-sized blocks of queries in place;
         # `out` does not depend on whether the weights are asked for as well.

@@ -9,11 +9,11 @@ from typing import NamedTuple
 import numpy as np
 
 from ._attention_problem import AttentionProblem, prepare_attention
+from ._normalization import needs_softmax
 from ._online import safe_max
 from ._options import DESCALES, DETERMINISTIC, OPTIONS, takes_options
 from ._validation import as_real_array, check_shape, result_dtype
 from .blockwise import block_sizes, blockwise_attention
-from .sigmoid import refuse_sigmoid
 from .softmax import logsumexp
 
 __all__ = ["AttentionGrads", "attention_backward"]
@@ -129,8 +129,8 @@ def _forward_tile(p: AttentionProblem, q_rows, k_cols, extra, lse=None) -> _Tile
     x, capped = tile_scores(q_rows, k_cols, p.scale, p.softcap)
     if extra is not None:
         x = x + extra
-    if p.sigmoid is not None:  # each weight from its own score: no row's log-sum-exp
-        return _Tile(p.sigmoid.weights(x), capped, lse)
+    if p.normalization is not None:  # each weight from its own score (the sigmoid): no row's log-sum-exp
+        return _Tile(p.normalization.weights(x), capped, lse)
     if lse is None:
         lse = logsumexp(x, axis=-1) if x.shape[-1] else np.full(x.shape[:-1], -np.inf, x.dtype)
         if p.sinks is not None:
@@ -153,8 +153,8 @@ def _backward_tile(p: AttentionProblem, tile: _Tile, dout_rows, v_cols, delta_ro
         factor = keep / (1.0 - dropout_p)
         dropped = dropped * factor
         dp *= factor
-    if p.sigmoid is not None:
-        dx = p.sigmoid.score_grad(tile.weights, dp)  # dS = P (1 - P) dP
+    if p.normalization is not None:
+        dx = p.normalization.score_grad(tile.weights, dp)  # the sigmoid's: dS = P (1 - P) dP
     else:
         dp -= delta_rows[..., None]  # dP - D
         dx = np.multiply(tile.weights, dp, out=dp)  # dS = P * (dP - D)
@@ -453,7 +453,7 @@ def attention_backward(q, k, v, dout, *, out=None, lse=None, block_size=None, **
     blocks = None if block_size is None else block_sizes(block_size)
     for name, value in (("block_size", block_size), ("lse", lse)):
         if value is not None:  # the tiles recompute the softmax's weights from its log-sum-exp
-            refuse_sigmoid(options["normalization"], name)
+            needs_softmax(options["normalization"], name)
 
     score_shape = (*_score_batch(p), p.n_queries, p.n_keys)
     with np.errstate(invalid="ignore", over="ignore"):  # non-finite input: NaN gradients, no warning

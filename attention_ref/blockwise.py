@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 
 from ._attention_problem import prepare_attention
+from ._normalization import softmax_only
 from ._online import online_softmax, safe_max
 from ._options import DETERMINISTIC, takes_options
 from ._validation import as_per_head, as_real_array, check_bool, check_int, result_dtype
-from .sigmoid import softmax_only
 
 __all__ = ["blockwise_attention", "merge_attention"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._options import takes_options
+from ._options import NORMALIZATION, takes_options
 from ._validation import as_real_array, check_int, check_ndim, check_window, result_dtype
 from .attention import scaled_dot_product_attention
 
@@ -269,7 +269,7 @@ def _check_fits(new, name, buffer, what):
         )
 
 
-@takes_options("window", "scale", "softcap", "alibi_slopes", "sinks", "enable_gqa", "normalization", "sigmoid_bias")
+@takes_options("window", "scale", "softcap", "alibi_slopes", "sinks", "enable_gqa", *NORMALIZATION)
 def decode_step(q, k, v, cache, *, return_weights=False, **options):
     r"""One decoding step: cache the new keys and values, then attend the new queries to every cached position.
 

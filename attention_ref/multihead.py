@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._options import takes_options
+from ._options import NORMALIZATION, takes_options
 from ._validation import (
     as_real_array,
     check_bool,
@@ -421,7 +421,7 @@ def _project(x, w, b):
 
 
 @takes_options("mask", "bias", "is_causal", "causal_alignment", "window", "softcap", "alibi_slopes", "sinks",
-               "normalization", "sigmoid_bias")
+               *NORMALIZATION)
 def multi_head_attention(x, params, *, context=None, return_weights=False, **options):
     r"""Multi-head (and grouped-query) attention with input and output projections.
 

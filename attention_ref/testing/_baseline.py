@@ -111,8 +111,8 @@ def naive_forward_of(p, dtype: np.dtype, intermediate=None, fused=True, extra=Fa
             s = inner(s + extra)
         if sinks is not None:
             sinks = rnd(np.asarray(sinks).astype(work))[..., None, None]
-        if p.sigmoid is not None:  # sigmoid(s + b), each step rounded as the scores are; no log-sum-exp
-            exact, sink_weight, lse = p.sigmoid.weights(s, inner), None, None
+        if p.normalization is not None:  # elementwise (the sigmoid), each step rounded as the scores; no lse
+            exact, sink_weight, lse = p.normalization.weights(s, inner), None, None
         else:
             exact, sink_weight, lse = _naive_softmax(s, sinks, inner, work)
         weights = rnd(exact)
@@ -156,8 +156,8 @@ def naive_backward_of(p, dout, dtype: np.dtype, fused=True, extra=False, dbias=T
         if kept is not None:
             dp = inner(dp * kept)  # the gradient reaching the weights before dropout
         delta = inner(np.sum(inner(do * out), axis=-1))  # (..., L)
-        if p.sigmoid is not None:
-            dx = p.sigmoid.score_grad(exact, dp, inner)  # P (1 - P) dP: the bias's gradient
+        if p.normalization is not None:
+            dx = p.normalization.score_grad(exact, dp, inner)  # the sigmoid's P (1 - P) dP: the bias's gradient
         else:
             dx = inner(exact * inner(dp - delta[..., None]))  # the bias's gradient
         ds = dx if capped is None else inner(dx * inner(1 - inner(capped * capped)))

@@ -51,6 +51,7 @@ import numpy as np
 
 from .._attention_problem import prepare_attention, problem_scores
 from .._interop import to_numpy
+from .._normalization import needs_softmax
 from .._options import DROPOUT, NORMALIZATION, OPTIONS
 from .._validation import as_real_array, is_fp8
 from ..attention import scaled_dot_product_attention
@@ -63,7 +64,6 @@ from ..flex import (
     flex_attention_backward,
 )
 from ..fp8 import dequantize_inputs
-from ..sigmoid import refuse_sigmoid
 from ._baseline import (
     NaiveFlex,
     naive_attention,
@@ -406,7 +406,7 @@ class Sigmoid(Softmax):
     tiled = False  # the tiles' reference is the online softmax
 
     def require_lse(self, function: str) -> None:
-        refuse_sigmoid(self.options.get("normalization", "softmax"), function)
+        needs_softmax(self.options.get("normalization", "softmax"), function)
 
     def reference(self, x, lse: bool = False):
         out = scaled_dot_product_attention(x.q64, x.k64, x.v64, **self.plain)

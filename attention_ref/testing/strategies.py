@@ -44,11 +44,11 @@ except ImportError:
     ) from None
 
 from .._interop import numpy_to_torch
+from .._normalization import NAMES as NORMALIZATIONS
 from .._validation import check_bool, check_choice, check_int, float_dtype, is_dtype_like
 from ..attention import scaled_dot_product_attention
 from ..masks import ALIGNMENTS, causal_mask, sliding_window_mask
 from ..positional import alibi_bias, alibi_slopes
-from ..sigmoid import NORMALIZATIONS
 
 __all__ = ["AttentionProblem", "attention_problems"]
 
