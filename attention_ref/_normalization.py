@@ -27,8 +27,6 @@ __all__: list[str] = []  # private module
 
 #: Each normalization ``normalization=`` takes, by name, with its class (None: the softmax, the default).
 NORMALIZATIONS: dict[str, type | None] = {"softmax": None, "sigmoid": Sigmoid}
-#: The names, the default first.
-NAMES = tuple(NORMALIZATIONS)
 #: Where a function that computes the softmax only sends a caller asking for another normalization.
 ELSEWHERE = ("scaled_dot_product_attention, attention_backward, varlen_attention, paged_attention, "
              "decode_step, multi_head_attention and the checkers take normalization='sigmoid'")
@@ -40,7 +38,7 @@ def choose_normalization(options: dict, n_keys: int, dtype):
     A ValueError names ``normalization`` when it is unknown, and an option of another normalization when
     that option is given (``sigmoid_bias`` with the softmax).
     """
-    name = check_choice(options["normalization"], "normalization", NAMES)
+    name = check_choice(options["normalization"], "normalization", tuple(NORMALIZATIONS))
     chosen = NORMALIZATIONS[name]
     for other, kind in NORMALIZATIONS.items():
         for option in () if kind is None or kind is chosen else kind.OPTIONS:
@@ -52,12 +50,12 @@ def choose_normalization(options: dict, n_keys: int, dtype):
 
 def needs_softmax(normalization, what: str) -> None:
     """A ValueError naming `normalization` if it is not the softmax where `what` (an option, a checker) needs one."""
-    check_choice(normalization, "normalization", NAMES)
+    check_choice(normalization, "normalization", tuple(NORMALIZATIONS))
     if normalization != "softmax":
         raise ValueError(f"{what} has no meaning with normalization={normalization!r}: it needs the softmax")
 
 
 def softmax_only(normalization, function: str) -> None:
     """A ValueError naming `normalization` unless it is the softmax: `function` has no other normalization."""
-    check_choice(normalization, "normalization", NAMES)
+    check_choice(normalization, "normalization", tuple(NORMALIZATIONS))
     check_supported(normalization, "normalization", ("softmax",), function, ELSEWHERE)

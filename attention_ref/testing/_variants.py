@@ -9,7 +9,7 @@ not, and lives in `._problem.Problem` and `._checks`. A `Variant` knows, for the
 - its naive baseline in a dtype, fused or textbook (`._baseline`);
 - the scores its normalization sees (a float32 kernel's error, and the default ``atol``, scale with them);
 - its rows with no allowed key: the reference's log-sum-exp is ``-inf`` there (for a variant with none of
-  its own, the softmax's of the same scores), its output is zero (``empty_row``), and `Variant.values_mean`
+  its own, the softmax's of the same scores), its output is ``empty_row`` (0), and `Variant.values_mean`
   is what the ``empty_rows="mean"`` convention expects;
 - optionally, the same computed one (batch, head) at a time by `._tiles`, in memory that does not grow with
   the batch (the ``*_tiles`` methods; the base class returns None: whole arrays).
@@ -18,30 +18,35 @@ The variants:
 
 - `Softmax`: the options of `attention_ref.scaled_dot_product_attention` (masks, causality, windows, bias,
   ALiBi, soft cap, sinks, dropout's given keep-mask, grouped heads, fp8 inputs with their descales), by tiles;
-- `Sigmoid`: the same options with ``normalization="sigmoid"`` (`attention_ref.sigmoid`), on whole arrays;
+- `Elementwise`: the same options with an elementwise normalization, ``normalization="sigmoid"``
+  (`attention_ref.sigmoid`) or any other registered in `attention_ref._normalization`, on whole arrays;
 - `Flex`: a FlexAttention description (``score_mod``, ``mask_mod``, ``block_mask``) with ``scale`` and
   ``enable_gqa``, as `attention_ref.flex_attention` takes it.
 
-`choose_variant` picks one from the checker's keywords: a FlexAttention description, else the
-``normalization`` option looked up in `NORMALIZATIONS`.
+`choose_variant` picks one from the checker's keywords.
 
 How to add a variant
 --------------------
-1. The package: its forward and backward in a module of its own, as ``attention_ref/sigmoid.py`` is for
-   the sigmoid. A new normalization of the scores (a function of each score, as the sigmoid) registers in
-   `attention_ref.sigmoid` only: its name in ``NORMALIZATIONS`` there and an object with ``weights`` and
-   ``score_grad`` returned by ``choose_normalization``. `prepare_attention` puts that object on the problem
-   as ``normalization``, and the dense forward (`attention_ref.attention`), the backward
-   (`attention_ref.backward`) and the naive baseline (`._baseline`) read its hooks; its options are named
-   once in `attention_ref._options.OPTIONS`.
-2. Here: one class deriving `Variant` (or `Softmax`, to keep the options and override what differs)
-   with its reference, baseline, scores and ``values_mean``, and its name in `NORMALIZATIONS` below (or a
-   test in `choose_variant` for a description that is not an option, as the Flex mods are). `Problem` and
-   the checkers need no change.
-3. Its tests (``tests/test_<variant>.py``: the forward against the formula, the backward against finite
-   differences, the checkers on a correct and a wrong kernel) and its section in the book.
-"""
+An elementwise normalization (one weight from one score, as the sigmoid):
 
+1. ``attention_ref/<name>.py``: the class with the hooks `attention_ref._normalization` names
+   (``from_options``, ``weights``, ``score_grad``, its ``OPTIONS``) and a public function of the weights;
+2. ``attention_ref/_normalization.py``: its line in ``NORMALIZATIONS``;
+   ``attention_ref/_options.py``: its options' defaults in ``OPTIONS`` and their names in ``NORMALIZATION``;
+3. the ``normalization`` choices in the docstrings of `attention_ref.scaled_dot_product_attention` and
+   `attention_ref.attention_backward`; ``tests/test_<name>.py``; its section of the book.
+
+The dense forward and backward, decoding, multi-head attention, the checkers (this module's `Elementwise`,
+`._baseline`) and the strategies' ``normalizations=`` read it from the registration; nothing else changes.
+
+Any other kind (as the Flex mods are):
+
+1. ``attention_ref/<name>.py``: its forward and backward in float64;
+2. here (or ``testing/_<name>.py``): one class deriving `Variant` with its reference, baseline (a class of
+   `._baseline`'s rounding, as `._baseline.NaiveFlex`), ``scores`` and ``values_mean``, and its test in
+   `choose_variant` on the keywords that describe it;
+3. ``tests/test_<name>.py`` and its section of the book. `Problem` and the checkers need no change.
+"""
 from __future__ import annotations
 
 import dataclasses
@@ -51,7 +56,7 @@ import numpy as np
 
 from .._attention_problem import prepare_attention, problem_scores
 from .._interop import to_numpy
-from .._normalization import needs_softmax
+from .._normalization import NORMALIZATIONS, needs_softmax
 from .._options import DROPOUT, NORMALIZATION, OPTIONS
 from .._validation import as_real_array, is_fp8
 from ..attention import scaled_dot_product_attention
@@ -393,11 +398,12 @@ class Softmax(Variant):
         return reference_grads, lse, baselines
 
 
-class Sigmoid(Softmax):
-    """Sigmoid attention (``normalization="sigmoid"``, `attention_ref.sigmoid`), on whole arrays.
+class Elementwise(Softmax):
+    """An elementwise normalization of the scores (`attention_ref._normalization`): sigmoid attention
+    (``normalization="sigmoid"``, `attention_ref.sigmoid`) and any other registered there, on whole arrays.
 
     The options, the reference and the baseline are the softmax's with the normalization among the options:
-    the package's forward and backward and `._baseline` read it from the prepared problem. It has no
+    the package's forward and backward and `._baseline` read its hooks from the prepared problem. It has no
     log-sum-exp: its empty rows are found from the softmax's of the same scores (``-inf`` where no key is
     allowed), and `assert_lse_close` refuses it.
     """
@@ -474,17 +480,15 @@ class Flex(Variant):
         return np.repeat(x.v64, group, axis=1).mean(axis=-2, keepdims=True)
 
 
-#: The variant of each ``normalization`` option (a FlexAttention description is a `Flex` whatever it is).
-#: An unknown name is the `Softmax`'s to refuse, as `attention_ref.scaled_dot_product_attention` refuses it.
-NORMALIZATIONS: dict[str, type[Softmax]] = {"softmax": Softmax, "sigmoid": Sigmoid}
-
-
 def choose_variant(given: dict, options: dict, q, k, v, function: str) -> Variant:
-    """The variant of a check: `Flex` for the FlexAttention description `given`, else the normalization's."""
+    """The variant of a check: `Flex` for the FlexAttention description `given`, else `Elementwise` for a
+    normalization registered in `attention_ref._normalization.NORMALIZATIONS` other than the softmax, else
+    `Softmax` (which refuses an unknown name as `attention_ref.scaled_dot_product_attention` does)."""
     if any(value is not None for value in given.values()):
         return Flex(given, options, q, k, v, function)
     normalization = options.get("normalization", "softmax")
-    return NORMALIZATIONS.get(normalization if isinstance(normalization, str) else "", Softmax)(q, k, v, options)
+    elementwise = isinstance(normalization, str) and NORMALIZATIONS.get(normalization) is not None
+    return (Elementwise if elementwise else Softmax)(q, k, v, options)
 
 
 def score_mod_derivative(score_mod, given):
