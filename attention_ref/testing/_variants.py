@@ -269,19 +269,26 @@ class Softmax(Variant):
         if p is not None:
             checked_array(dout, "dout", p.out_shape, "the shape of the attention output (..., L, Ev)", np.float64)
 
-    def _naive_of(self, x, dtype, options: dict, wide: bool):
-        """The baseline's prepared problem: the inputs as given (or, `wide`, their float64 values) in `dtype`."""
-        if wide:
-            return naive_problem(x.q64, x.k64, x.v64, dtype, options)
-        return naive_problem(x.q, x.k, x.v, dtype, options)
+    def _output_tiles(self, x, dtype):
+        """``(p, naive_p, extra)``: the reference's and the baseline's prepared problems of the output and the
+        baseline's additive term in `dtype`; None where the tiles do not compute the check.
 
-    def forward_tiles(self, x, dtype, fused, magnitude, progress):
+        The baseline takes the inputs as given, or for fp8 inputs their dequantized values (FlashAttention
+        3's: in the output's dtype, the weights rounded to fp8)."""
         p = self.prepared(x, scaled_dot_product_attention, self.plain, dtype)
         if p is None:
             return None
-        fp8 = self.fp8 is not None
-        naive_p = self._naive_of(x, dtype, self.plain if fp8 else self.options, fp8)
-        extra = shared_extra(naive_p, dtype)
+        if self.fp8 is None:
+            naive_p = naive_problem(x.q, x.k, x.v, dtype, self.options)
+        else:
+            naive_p = naive_problem(x.q64, x.k64, x.v64, dtype, self.plain)
+        return p, naive_p, shared_extra(naive_p, dtype)
+
+    def forward_tiles(self, x, dtype, fused, magnitude, progress):
+        tiled = self._output_tiles(x, dtype)
+        if tiled is None:
+            return None
+        p, naive_p, extra = tiled
         ref, lse = np.empty(p.out_shape), np.empty(p.out_shape[:-1])
         out = np.empty(p.out_shape, dtype)
         largest = [1.0]
@@ -302,12 +309,10 @@ class Softmax(Variant):
         return ref, lse, out
 
     def naive_output_tiles(self, x, dtype, fused, progress):
-        p = self.prepared(x, scaled_dot_product_attention, self.plain, dtype)
-        if p is None:
+        tiled = self._output_tiles(x, dtype)
+        if tiled is None:
             return None
-        fp8 = self.fp8 is not None
-        naive_p = self._naive_of(x, dtype, self.plain if fp8 else self.options, fp8)
-        extra = shared_extra(naive_p, dtype)
+        p, naive_p, extra = tiled
         out = np.empty(p.out_shape, dtype)
         tasks, threads, done = units(p, progress)
 
