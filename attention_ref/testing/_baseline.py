@@ -173,20 +173,32 @@ class NaiveFlex:
 
     ``raw`` are the scaled scores before ``score_mod`` (B, Hq, L, S), ``weights`` the softmax, ``out``
     (B, Hq, L, Ev) and ``lse`` (B, Hq, L); ``keys`` and ``values`` hold the key/value heads repeated for
-    each query head. The mods are evaluated once on the whole score matrix, in the working dtype.
+    each query head. The mods are evaluated once on the whole score matrix, in the working dtype. With
+    `unit` ``(b, h)`` the problem is that one batch entry and query head alone (B = Hq = 1, with its key/value
+    head), the mods given ``b`` and ``h``: the same numbers, in memory that does not grow with the batch.
     """
 
-    def __init__(self, q, k, v, dtype: np.dtype, flex, fused=True):
+    def __init__(self, q, k, v, dtype: np.dtype, flex, fused=True, unit=None):
         rnd, inner, work = _rounding(dtype, fused)
         self.rnd, self.inner, self.work, self.flex = rnd, inner, work, flex
-        q, k, v = (as_real_array(a, name).astype(dtype) for a, name in ((q, "q"), (k, "k"), (v, "v")))
+        q, k, v = (as_real_array(a, name) for a, name in ((q, "q"), (k, "k"), (v, "v")))
+        batch, heads = np.arange(q.shape[0]), np.arange(q.shape[1])
+        self.where = "on the whole score matrix"
+        if unit is not None:
+            b, h = unit
+            kv = slice(h // (q.shape[1] // k.shape[1]), h // (q.shape[1] // k.shape[1]) + 1)
+            kb = slice(b, b + 1) if k.shape[0] > 1 else slice(0, 1)
+            q, k, v = q[b:b + 1, h:h + 1], k[kb, kv], v[kb, kv]
+            batch, heads = np.array([b]), np.array([h])
+            self.where = f"on the score matrix of batch {b}, head {h}"
+        q, k, v = (a.astype(dtype) for a in (q, k, v))
         B, H, L, S = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
         group = H // k.shape[1] if k.shape[1] else 1
         self.q, self.k, self.v = q, k, v
         self.keys, self.values = (np.repeat(a, group, axis=1).astype(work) for a in (k, v))  # (B|1, Hq, S, .)
-        self.index = (np.arange(B).reshape(-1, 1, 1, 1), np.arange(H).reshape(1, -1, 1, 1),
+        self.index = (batch.reshape(-1, 1, 1, 1), heads.reshape(1, -1, 1, 1),
                       np.arange(L).reshape(1, 1, -1, 1), np.arange(S).reshape(1, 1, 1, -1))
-        self.shape, self.where = (B, H, L, S), "on the whole score matrix"
+        self.shape = (B, H, L, S)
         with np.errstate(invalid="ignore", over="ignore"):  # overflow to inf and NaN are the baseline's own
             s = inner(q.astype(work) @ np.swapaxes(self.keys, -1, -2))  # (B, Hq, L, S)
             self.raw = inner(s * work.type(flex.scale))
@@ -200,8 +212,9 @@ class NaiveFlex:
             self.weights = rnd(self.exact)  # what multiplies the values
             self.out = rnd(self.weights @ self.values)  # (B, Hq, L, Ev)
 
-    def backward(self, dout) -> AttentionGrads:
-        """The textbook backward of this problem in its dtype: ``(dq, dk, dv, None, None)``."""
+    def query_head_grads(self, dout) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(dq, dk, dv)`` of the textbook backward in the working dtype, dk and dv per query head
+        (B, Hq, S, .), before they are summed to the key/value heads."""
         rnd, inner, work = self.rnd, self.inner, self.work
         do = rnd(as_real_array(dout, "dout").astype(work))
         scale = work.type(self.flex.scale)
@@ -216,6 +229,11 @@ class NaiveFlex:
             ds = rnd(ds)  # the operand of the two products
             dq = rnd(rnd(ds @ self.keys) * scale)
             dk = rnd(rnd(np.swapaxes(ds, -1, -2) @ self.q.astype(work)) * scale)  # (B, Hq, S, E)
+        return dq, dk, dv
+
+    def backward(self, dout) -> AttentionGrads:
+        """The textbook backward of this problem in its dtype: ``(dq, dk, dv, None, None)``."""
+        dq, dk, dv = self.query_head_grads(dout)
 
         def to_kv(grad, like):
             """(B, Hq, S, .) -> the shape of `like` (B|1, Hkv, S, .): summed over groups and a shared batch."""

@@ -121,7 +121,8 @@ class Problem:
 
     def _whole(self) -> None:
         """Before the whole-array computation: a ValueError if its (..., L, S) arrays cannot fit in memory."""
-        n_units = max(int(np.prod(self.q.shape[:-2])), int(np.prod(self.k.shape[:-2])))
+        n_units = 1 if self.variant.one_unit_at_a_time else max(int(np.prod(self.q.shape[:-2])),
+                                                                int(np.prod(self.k.shape[:-2])))
         fits(self.q.shape[-2], self.k.shape[-2], n_units, 8)
 
     # --- what a check asks for: by tiles where the variant has them, else on whole arrays ------------
@@ -176,8 +177,7 @@ class Problem:
         weight with it), as the baseline's does by chance: the default `atol` of those dtypes scales with it.
         """
         if self._magnitude is None:  # computed once: each gradient's check asks for it
-            scores = self.variant.scores(self)
-            self._magnitude = max(1.0, float(np.max(np.abs(scores[np.isfinite(scores)]), initial=0.0)))
+            self._magnitude = max(1.0, self.variant.largest_score(self))
         return self._magnitude
 
     def values_mean(self) -> np.ndarray:

@@ -7,7 +7,7 @@ not, and lives in `._problem.Problem` and `._checks`. A `Variant` knows, for the
 
 - its float64 reference: the output, the log-sum-exp where it has one (`Variant.has_lse`), the gradients;
 - its naive baseline in a dtype, fused or textbook (`._baseline`);
-- the scores its normalization sees (a float32 kernel's error, and the default ``atol``, scale with them);
+- the largest score its normalization sees (a float32 kernel's error, and the default ``atol``, scale with it);
 - its rows with no allowed key: the reference's log-sum-exp is ``-inf`` there (for a variant with none of
   its own, the softmax's of the same scores), its output is ``empty_row`` (0), and `Variant.values_mean`
   is what the ``empty_rows="mean"`` convention expects;
@@ -43,7 +43,7 @@ Any other kind (as the Flex mods are):
 
 1. ``attention_ref/<name>.py``: its forward and backward in float64;
 2. here (or ``testing/_<name>.py``): one class deriving `Variant` with its reference, baseline (a class of
-   `._baseline`'s rounding, as `._baseline.NaiveFlex`), ``scores`` and ``values_mean``, and its test in
+   `._baseline`'s rounding, as `._baseline.NaiveFlex`), ``largest_score`` and ``values_mean``, and its test in
    `choose_variant` on the keywords that describe it;
 3. ``tests/test_<name>.py`` and its section of the book. `Problem` and the checkers need no change.
 """
@@ -120,6 +120,8 @@ class Variant:
     empty_row = 0.0
     #: Whether key/value heads are shared by groups of query heads (grouped-query attention).
     enable_gqa = False
+    #: Whether the whole-array computation holds one (batch, head) unit's (L, S) arrays at a time (else all).
+    one_unit_at_a_time = False
     #: The float64 values the inputs stand for, ``(q64, k64, v64)``.
     wide: tuple[np.ndarray, np.ndarray, np.ndarray]
 
@@ -152,8 +154,8 @@ class Variant:
 
     # --- the scores and the empty rows --------------------------------------------------------------
 
-    def scores(self, x) -> np.ndarray:
-        """The float64 scores the normalization sees, (..., L, S), ``-inf`` where a key is not allowed."""
+    def largest_score(self, x) -> float:
+        """The largest magnitude of the float64 scores the normalization sees (finite ones; 0 when none)."""
         raise NotImplementedError
 
     def values_mean(self, x) -> np.ndarray:
@@ -232,8 +234,9 @@ class Softmax(Variant):
     def naive_grads(self, x, dout, dtype: np.dtype, fused: bool) -> AttentionGrads:
         return naive_backward(x.q, x.k, x.v, dout, dtype, self.options, fused=fused)
 
-    def scores(self, x) -> np.ndarray:
-        return problem_scores(prepare_attention(x.q64, x.k64, x.v64, **without(self.plain, DROPOUT)))
+    def largest_score(self, x) -> float:
+        scores = problem_scores(prepare_attention(x.q64, x.k64, x.v64, **without(self.plain, DROPOUT)))
+        return float(np.max(np.abs(scores[np.isfinite(scores)]), initial=0.0))
 
     def values_mean(self, x) -> np.ndarray:
         values = prepare_attention(x.q64, x.k64, x.v64, **without(self.plain, DROPOUT)).v  # heads repeated
@@ -427,8 +430,11 @@ class Elementwise(Softmax):
 class Flex(Variant):
     """A FlexAttention description: the mods (a block mask's as a mask_mod), the scale and grouped heads.
 
-    The reference is `attention_ref.flex_attention` (and its backward), the baseline `._baseline.NaiveFlex`.
+    The reference is `attention_ref.flex_attention` (and its backward), tile by tile; the baseline
+    `._baseline.NaiveFlex`, one (batch, query head) at a time: the check's memory does not grow with the batch.
     """
+
+    one_unit_at_a_time = True
 
     def __init__(self, given: dict, options: dict, q: np.ndarray, k: np.ndarray, v: np.ndarray, function: str):
         others = sorted(name for name, value in options.items()
@@ -468,17 +474,59 @@ class Flex(Variant):
         return flex_attention_backward(x.q64, x.k64, x.v64, dout64, self.score_mod, self.mask_mod,
                                        score_mod_grad=self.derivative, **self.keywords())
 
+    # The baseline one (batch, query head) at a time: memory grows with L * S, not with the batch.
+
+    def _naive(self, x, dtype, fused=True, wide=False):
+        """``((b, h), baseline)`` of each unit in turn (`wide`: of the float64 values of the inputs)."""
+        q, k, v = (x.q64, x.k64, x.v64) if wide else (x.q, x.k, x.v)
+        for unit in np.ndindex(*x.q.shape[:2]):
+            yield unit, NaiveFlex(q, k, v, dtype, self, fused, unit)
+
     def naive_output(self, x, dtype: np.dtype, fused: bool) -> np.ndarray:
-        return NaiveFlex(x.q, x.k, x.v, dtype, self, fused).out.astype(dtype)
+        out = np.empty((*x.q.shape[:3], x.v.shape[-1]), dtype)
+        for (b, h), naive in self._naive(x, dtype, fused):
+            out[b, h] = naive.out[0, 0]
+        return out
 
     def naive_lse(self, x, dtype: np.dtype, fused: bool) -> np.ndarray:
-        return NaiveFlex(x.q64, x.k64, x.v64, dtype, self, fused).lse
+        lse = np.empty(x.q.shape[:3])  # the baseline's float32 (or float64) values, exactly
+        for (b, h), naive in self._naive(x, dtype, fused, wide=True):
+            lse[b, h] = naive.lse[0, 0]
+        return lse
 
     def naive_grads(self, x, dout, dtype: np.dtype, fused: bool) -> AttentionGrads:
-        return NaiveFlex(x.q, x.k, x.v, dtype, self, fused).backward(dout)
+        """Each unit's gradients; dk and dv summed over each key/value head's query heads and, for keys and
+        values shared by the batch, over the batch, in the order the whole-array sums take them."""
+        (B, H, L, E), (Bkv, Hkv, S, Ev) = x.q.shape, x.v.shape
+        dout = np.broadcast_to(as_real_array(dout, "dout"), (B, H, L, Ev))
+        dq, dk, dv = np.empty(x.q.shape, dtype), None, None
+        for (b, h), naive in self._naive(x, dtype, fused):
+            if dk is None:  # in the working dtype, summed there and rounded once, as the whole-array backward
+                dk, dv = np.zeros((Bkv, Hkv, S, E), naive.work), np.zeros((Bkv, Hkv, S, Ev), naive.work)
+                groups = (np.zeros((Hkv, S, E), naive.work), np.zeros((Hkv, S, Ev), naive.work))
+            if h == 0:
+                for total in groups:
+                    total[...] = 0
+            unit_dq, unit_dk, unit_dv = naive.query_head_grads(dout[b:b + 1, h:h + 1])
+            dq[b, h] = unit_dq[0, 0]
+            groups[0][h // (H // Hkv)] += unit_dk[0, 0]
+            groups[1][h // (H // Hkv)] += unit_dv[0, 0]
+            if h == H - 1:  # the batch entry's sums over the groups: its own, or added to the shared ones
+                for into, total in zip((dk, dv), groups, strict=True):
+                    if Bkv == 1 and B != 1:
+                        into[0] += total
+                    else:
+                        into[b] = total
+        if dk is None:
+            dk, dv = np.zeros(x.k.shape), np.zeros(x.v.shape)
+        return AttentionGrads(dq, dk.astype(dtype), dv.astype(dtype), None, None)
 
-    def scores(self, x) -> np.ndarray:
-        return NaiveFlex(x.q64, x.k64, x.v64, np.dtype(np.float64), self).scores
+    def largest_score(self, x) -> float:
+        largest = 0.0
+        for _, naive in self._naive(x, np.dtype(np.float64), wide=True):
+            finite = naive.scores[np.isfinite(naive.scores)]
+            largest = max(largest, float(np.max(np.abs(finite), initial=0.0)))
+        return largest
 
     def values_mean(self, x) -> np.ndarray:
         group = x.q.shape[1] // x.k.shape[1] if x.k.shape[1] else 1
