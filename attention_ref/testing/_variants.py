@@ -443,11 +443,13 @@ class Flex(Variant):
             raise TypeError(f"{function} takes score_mod, mask_mod and block_mask with scale and enable_gqa only, "
                             f"as flex_attention does; got also {', '.join(others)} (write them as mods)")
         self.score_mod, self.mask_mod = given.get("score_mod"), given.get("mask_mod")
-        block_mask = given.get("block_mask")
-        if block_mask is not None:
+        #: The block mask the reference skips the empty blocks of, as FlexAttention does (the baseline reads the
+        #: dense mask it stands for, as ``mask_mod``).
+        self.block_mask = given.get("block_mask")
+        if self.block_mask is not None:
             if self.mask_mod is not None:
                 raise ValueError("give mask_mod or block_mask, not both: a block mask carries its own mask_mod")
-            self.mask_mod = _dense_mask_mod(block_mask, q.shape[-2], k.shape[-2])
+            self.mask_mod = _dense_mask_mod(self.block_mask, q.shape[-2], k.shape[-2])
         E = q.shape[-1]
         scale = options.get("scale")
         self.scale = float(scale) if scale is not None else (1.0 / np.sqrt(E) if E else 1.0)
@@ -465,14 +467,20 @@ class Flex(Variant):
     def keywords(self) -> dict:
         return {"scale": self.scale, "enable_gqa": self.enable_gqa}
 
+    def _masks(self) -> dict:
+        """The mask of the reference: the block mask when one was given, else the mask_mod."""
+        if self.block_mask is not None:
+            return {"block_mask": self.block_mask}
+        return {"mask_mod": self.mask_mod}
+
     def reference(self, x, lse: bool = False):
-        out, row_lse = flex_attention(x.q64, x.k64, x.v64, self.score_mod, self.mask_mod, return_lse=True,
+        out, row_lse = flex_attention(x.q64, x.k64, x.v64, self.score_mod, return_lse=True, **self._masks(),
                                       **self.keywords())
         return (out, row_lse) if lse else out
 
     def reference_grads(self, x, dout64: np.ndarray) -> AttentionGrads:
-        return flex_attention_backward(x.q64, x.k64, x.v64, dout64, self.score_mod, self.mask_mod,
-                                       score_mod_grad=self.derivative, **self.keywords())
+        return flex_attention_backward(x.q64, x.k64, x.v64, dout64, self.score_mod, score_mod_grad=self.derivative,
+                                       **self._masks(), **self.keywords())
 
     # The baseline one (batch, query head) at a time: memory grows with L * S, not with the batch.
 
