@@ -20,13 +20,15 @@ its module (as `attention_ref.sigmoid`), its line here, and its options' default
 
 from __future__ import annotations
 
+from typing import Any
+
 from ._validation import check_choice, check_supported
 from .sigmoid import Sigmoid
 
 __all__: list[str] = []  # private module
 
 #: Each normalization ``normalization=`` takes, by name, with its class (None: the softmax, the default).
-NORMALIZATIONS: dict[str, type | None] = {"softmax": None, "sigmoid": Sigmoid}
+NORMALIZATIONS: dict[str, Any] = {"softmax": None, "sigmoid": Sigmoid}
 #: Where a function that computes the softmax only sends a caller asking for another normalization.
 ELSEWHERE = ("scaled_dot_product_attention, attention_backward, varlen_attention, paged_attention, "
              "decode_step, multi_head_attention and the checkers take normalization='sigmoid'")

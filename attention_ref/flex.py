@@ -1000,7 +1000,7 @@ def _dense_mask(blocks: _Blocks) -> np.ndarray:
             partial, full = blocks.block(m, n)
             tile = full[:, :, None, None]  # (B, H, 1, 1)
             if partial.any():
-                allowed = True
+                allowed: np.ndarray | bool = True
                 if blocks.mask_mod is not None:
                     index = (b, h, np.arange(rows.start, rows.stop).reshape(1, 1, -1, 1),
                              np.arange(cols.start, cols.stop).reshape(1, 1, 1, -1))

@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from typing import Any
 
 import numpy as np
 
@@ -456,7 +457,8 @@ class Flex(Variant):
         self.enable_gqa = bool(options.get("enable_gqa", False))
         self.given_grad = given.get("score_mod_grad")
         self._derivative = None
-        self.wide = tuple(as_real_array(a, n).astype(np.float64) for a, n in ((q, "q"), (k, "k"), (v, "v")))
+        self.wide = (as_real_array(q, "q").astype(np.float64), as_real_array(k, "k").astype(np.float64),
+                     as_real_array(v, "v").astype(np.float64))
 
     def derivative(self, *args):
         """``score_mod``'s derivative with respect to the score, elementwise (needed by the backward only)."""
@@ -507,7 +509,10 @@ class Flex(Variant):
         values shared by the batch, over the batch, in the order the whole-array sums take them."""
         (B, H, L, E), (Bkv, Hkv, S, Ev) = x.q.shape, x.v.shape
         dout = np.broadcast_to(as_real_array(dout, "dout"), (B, H, L, Ev))
-        dq, dk, dv = np.empty(x.q.shape, dtype), None, None
+        dq = np.empty(x.q.shape, dtype)
+        dk: Any = None  # and dv, groups: in the baseline's working dtype, known with the first unit
+        dv: Any = None
+        groups: Any = None
         for (b, h), naive in self._naive(x, dtype, fused):
             if dk is None:  # in the working dtype, summed there and rounded once, as the whole-array backward
                 dk, dv = np.zeros((Bkv, Hkv, S, E), naive.work), np.zeros((Bkv, Hkv, S, Ev), naive.work)
