@@ -115,3 +115,22 @@ def test_the_memory_estimate_of_a_flex_check_counts_one_unit(monkeypatch):
     assert_attention_close(out, q, k, v, **mods)
     with pytest.raises(ValueError, match=r"its 12 \(batch, head\) pairs .* need about"):
         assert_attention_close(ar.scaled_dot_product_attention(q, k, v, is_causal=True), q, k, v, is_causal=True)
+
+
+#: Each variant's keywords for a boolean (L, S) mask `allowed`.
+MASKED = {"softmax": lambda allowed: {"mask": allowed},
+          "sigmoid": lambda allowed: {"mask": allowed, "normalization": "sigmoid"},
+          "flex": lambda allowed: {"mask_mod": lambda b, h, i, j: allowed[i, j]}}
+
+
+@pytest.mark.parametrize("name", MASKED)
+def test_each_variants_reference_gives_its_empty_row_value_where_its_lse_says_no_key(name):
+    q, k, v, _ = flex_inputs(B=2, Hq=2, Hkv=2, Bkv=2, dtype=np.float64)
+    allowed = np.ones((q.shape[2], k.shape[2]), bool)
+    allowed[[1, 4]] = False  # queries 1 and 4 see no key
+    check = Problem(q, k, v, MASKED[name](allowed), "test")
+    out, lse = check.variant.reference(check, lse=True)
+    empty = lse == -np.inf
+    assert empty[..., [1, 4]].all() and not empty[..., [0, 2, 3]].any()
+    assert np.all(out[empty] == check.variant.empty_row)
+    assert np.all(out[~empty] != check.variant.empty_row)
