@@ -15,12 +15,12 @@ import numpy as np
 from ._kernel import run_blocks, scaled_down_values
 
 
-def _safe_max(m):
+def safe_max(m):
     """`m` with ``-inf`` replaced by 0, so that ``x - m`` never forms ``-inf - (-inf)``."""
     return np.where(np.isneginf(m), 0.0, m).astype(m.dtype, copy=False)
 
 
-def _online_update(m, l, acc, s, v_blk):
+def online_update(m, l, acc, s, v_blk):
     """Fold one tile of scores `s` (..., bq, bk) into the running
     ``(m, l, acc)``, in place.
 
@@ -30,7 +30,7 @@ def _online_update(m, l, acc, s, v_blk):
     unnormalised weights.
     """
     m_new = np.maximum(m, s.max(axis=-1))  # (..., bq)
-    shift = _safe_max(m_new)
+    shift = safe_max(m_new)
     alpha = np.exp(m - shift)  # rescales the old state; 0 where m was -inf
     s -= shift[..., None]
     np.exp(s, out=s)  # (..., bq, bk)
@@ -70,7 +70,7 @@ def _attend_query_block(p, p_inside, q_rows, kt, vs, rows, block_k, out, lse):
         extra = (p_inside if p.inside_window(rows, cols) else p).additive(rows, cols)
         if extra is not None:
             s += extra
-        _online_update(m, l, acc, s, vs[..., cols, :])
+        online_update(m, l, acc, s, vs[..., cols, :])
     seen = l != 0  # False for rows with no allowed key (NaN rows stay NaN)
     np.divide(acc, l[..., None], out=out[..., rows, :], where=seen[..., None])
     np.log(l, out=l, where=seen)

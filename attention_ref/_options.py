@@ -47,7 +47,8 @@ OPTIONS: dict[str, object] = {
 DROPOUT = ("dropout_p", "rng", "dropout_mask")
 #: The descale factors of fp8 inputs (a forward-only option set: the backward takes no fp8).
 DESCALES = ("q_descale", "k_descale", "v_descale")
-#: The choice of the weights' normalization (`attention_ref.sigmoid`): the dense forward and backward take it.
+#: The choice of the weights' normalization and the options of each (`attention_ref._normalization`): the dense
+#: forward and backward, and what calls them whole (decoding, multi-head attention), take them.
 NORMALIZATION = ("normalization", "sigmoid_bias")
 #: The options of a deterministic softmax call: all but dropout's and the normalization's (`blockwise_attention`'s
 #: set: its online softmax has no other normalization).

@@ -321,6 +321,16 @@ def check_choice(value, name: str, choices: Sequence[str]) -> str:
     return value
 
 
+def check_supported(value, name: str, supported: Sequence[str], function: str, elsewhere: str = "") -> str:
+    """`value` if `function` supports it (one of `supported`), else a ValueError naming `name`, `value`, what
+    `function` supports and, `elsewhere`, where the value is taken instead."""
+    if not isinstance(value, str) or value not in supported:
+        expected = " or ".join(f"{name}={c!r}" for c in supported)
+        raise ValueError(f"{function} supports {expected} only; got {name}={value!r}"
+                         + (f" ({elsewhere})" if elsewhere else ""))
+    return value
+
+
 def check_dtype_choice(dtype, name: str, choices: Sequence[str]) -> str:
     """The name of `dtype` (any spelling `as_dtype` reads) if it is one of `choices`, else a ValueError."""
     try:

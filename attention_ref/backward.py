@@ -8,12 +8,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._online import _safe_max
+from ._attention_problem import AttentionProblem, prepare_attention
+from ._normalization import needs_softmax
+from ._online import safe_max
 from ._options import DESCALES, DETERMINISTIC, OPTIONS, takes_options
 from ._validation import as_real_array, check_shape, result_dtype
-from .attention import AttentionProblem, prepare_attention
-from .blockwise import _block_sizes, blockwise_attention
-from .sigmoid import refuse_sigmoid
+from .blockwise import block_sizes, blockwise_attention
 from .softmax import logsumexp
 
 __all__ = ["AttentionGrads", "attention_backward"]
@@ -64,7 +64,7 @@ class AttentionGrads(NamedTuple):
     dsinks: np.ndarray | None
 
 
-def _sum_to(grad: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+def sum_to(grad: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     """Sum `grad` over the axes along which an array of `shape` was broadcast to ``grad.shape``."""
     lead = grad.ndim - len(shape)
     if lead > 0:
@@ -75,7 +75,7 @@ def _sum_to(grad: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     return np.broadcast_to(grad, shape)  # also for an axis of size 0
 
 
-def _sum_groups(grad: np.ndarray, heads: int) -> np.ndarray:
+def sum_groups(grad: np.ndarray, heads: int) -> np.ndarray:
     """Sum the gradient of grouped-query-expanded keys or values, (..., Hq, S, E), back to `heads` heads."""
     hq = grad.shape[-3]
     if hq == heads:
@@ -83,7 +83,7 @@ def _sum_groups(grad: np.ndarray, heads: int) -> np.ndarray:
     return grad.reshape(*grad.shape[:-3], heads, hq // heads, *grad.shape[-2:]).sum(axis=-3)
 
 
-def _broadcast_index(idx: tuple[int, ...], shape: tuple[int, ...]) -> tuple[int, ...]:
+def broadcast_index(idx: tuple[int, ...], shape: tuple[int, ...]) -> tuple[int, ...]:
     """Index, into an array of batch `shape`, of batch element `idx` of the shape it broadcasts to."""
     tail = idx[len(idx) - len(shape) :]
     return tuple(0 if n == 1 else i for i, n in zip(tail, shape, strict=True))
@@ -129,13 +129,13 @@ def _forward_tile(p: AttentionProblem, q_rows, k_cols, extra, lse=None) -> _Tile
     x, capped = tile_scores(q_rows, k_cols, p.scale, p.softcap)
     if extra is not None:
         x = x + extra
-    if p.sigmoid is not None:  # each weight from its own score: no row's log-sum-exp
-        return _Tile(p.sigmoid.weights(x), capped, lse)
+    if p.normalization is not None:  # each weight from its own score (the sigmoid): no row's log-sum-exp
+        return _Tile(p.normalization.weights(x), capped, lse)
     if lse is None:
         lse = logsumexp(x, axis=-1) if x.shape[-1] else np.full(x.shape[:-1], -np.inf, x.dtype)
         if p.sinks is not None:
             lse = np.logaddexp(lse, p.sinks[..., None])  # the sink's term exp(s_h) in each row's denominator
-    x -= _safe_max(lse)[..., None]  # rows with no allowed key (lse = -inf): exp(-inf - 0) = 0
+    x -= safe_max(lse)[..., None]  # rows with no allowed key (lse = -inf): exp(-inf - 0) = 0
     return _Tile(np.exp(x, out=x), capped, lse)
 
 
@@ -153,8 +153,8 @@ def _backward_tile(p: AttentionProblem, tile: _Tile, dout_rows, v_cols, delta_ro
         factor = keep / (1.0 - dropout_p)
         dropped = dropped * factor
         dp *= factor
-    if p.sigmoid is not None:
-        dx = p.sigmoid.score_grad(tile.weights, dp)  # dS = P (1 - P) dP
+    if p.normalization is not None:
+        dx = p.normalization.score_grad(tile.weights, dp)  # the sigmoid's: dS = P (1 - P) dP
     else:
         dp -= delta_rows[..., None]  # dP - D
         dx = np.multiply(tile.weights, dp, out=dp)  # dS = P * (dP - D)
@@ -189,7 +189,7 @@ def _tiles(p, batch, block_q, block_k, keeps):
     score_batch = _score_batch(p)
     members: dict = {s: [] for s in np.ndindex(*score_batch)}
     for idx in np.ndindex(*batch):
-        members[_broadcast_index(idx, score_batch)].append(idx)
+        members[broadcast_index(idx, score_batch)].append(idx)
     L = p.n_queries
     for group in members.values():
         for r0 in range(0, L, block_q):
@@ -210,7 +210,7 @@ def _accumulate(target: np.ndarray, idx, rows: slice, cols: slice, tile: np.ndar
         tile, rows = tile.sum(axis=0, keepdims=True), slice(None)
     if target.shape[-1] == 1:
         tile, cols = tile.sum(axis=1, keepdims=True), slice(None)
-    where: tuple = (*_broadcast_index(idx, target.shape[:-2]), rows, cols)
+    where: tuple = (*broadcast_index(idx, target.shape[:-2]), rows, cols)
     target[where] += tile
 
 
@@ -444,16 +444,16 @@ def attention_backward(q, k, v, dout, *, out=None, lse=None, block_size=None, **
     p = prepare_attention(q, k, v, **options)
     dropout_p = p.dropout_p
     work = p.q.dtype
-    dout = _checked(dout, "dout", p.out_shape, "the shape of the attention output (..., L, Ev)", work)
+    dout = checked_array(dout, "dout", p.out_shape, "the shape of the attention output (..., L, Ev)", work)
     if out is not None:
-        out = _checked(out, "out", p.out_shape, "the shape of the attention output (..., L, Ev)", work)
+        out = checked_array(out, "out", p.out_shape, "the shape of the attention output (..., L, Ev)", work)
     if lse is not None:
-        lse = _checked(lse, "lse", p.out_shape[:-1], "the attention output's shape without its last axis, (..., L)",
-                       work)
-    blocks = None if block_size is None else _block_sizes(block_size)
+        lse = checked_array(lse, "lse", p.out_shape[:-1],
+                            "the attention output's shape without its last axis, (..., L)", work)
+    blocks = None if block_size is None else block_sizes(block_size)
     for name, value in (("block_size", block_size), ("lse", lse)):
         if value is not None:  # the tiles recompute the softmax's weights from its log-sum-exp
-            refuse_sigmoid(options["normalization"], name)
+            needs_softmax(options["normalization"], name)
 
     score_shape = (*_score_batch(p), p.n_queries, p.n_keys)
     with np.errstate(invalid="ignore", over="ignore"):  # non-finite input: NaN gradients, no warning
@@ -496,9 +496,9 @@ def finish_grads(p: AttentionProblem, q, k, v, options: dict, dq, dk, dv, dbias,
     def finish(grad, shape, arg, name, grouped=False):
         if shape is None:  # no such argument
             return None
-        grad = _sum_to(grad, shape)  # over the axes the argument was broadcast along
+        grad = sum_to(grad, shape)  # over the axes the argument was broadcast along
         if grouped and heads:
-            grad = _sum_groups(grad, heads)  # over each key/value head's group of query heads
+            grad = sum_groups(grad, heads)  # over each key/value head's group of query heads
         return np.array(grad.reshape(np.shape(arg)), dtype=dtype or as_real_array(arg, name).dtype)
 
     return AttentionGrads(
@@ -510,7 +510,7 @@ def finish_grads(p: AttentionProblem, q, k, v, options: dict, dq, dk, dv, dbias,
     )
 
 
-def _checked(arr, name: str, shape, what: str, dtype) -> np.ndarray:
+def checked_array(arr, name: str, shape, what: str, dtype) -> np.ndarray:
     """`arr` as a real array of exactly `shape`, in the working `dtype`."""
     arr = as_real_array(arr, name)
     check_shape(arr, name, shape, what)
@@ -537,3 +537,7 @@ def _draws(rng: np.random.Generator, n_keys: int, dropout_p: float):
         return rng.random((rows, n_keys)) >= dropout_p
 
     return keeps
+
+
+# Kept for attention_ref.testing._tiles until it imports the names above (its body is being edited elsewhere).
+_sum_to, _broadcast_index = sum_to, broadcast_index

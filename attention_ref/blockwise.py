@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._online import _safe_max, online_softmax
+from ._attention_problem import prepare_attention
+from ._normalization import softmax_only
+from ._online import online_softmax, safe_max
 from ._options import DETERMINISTIC, takes_options
 from ._validation import as_per_head, as_real_array, check_bool, check_int, result_dtype
-from .attention import prepare_attention
 
 __all__ = ["blockwise_attention", "merge_attention"]
 
 
-def _block_sizes(block_size) -> tuple[int, int]:
+def block_sizes(block_size) -> tuple[int, int]:
     """Return ``(block_q, block_k)`` from an int or a pair of ints, each >= 1."""
     if isinstance(block_size, (tuple, list)):
         if len(block_size) != 2:
@@ -27,7 +28,7 @@ def _block_sizes(block_size) -> tuple[int, int]:
     return size, size
 
 
-@takes_options(*DETERMINISTIC)
+@takes_options(*DETERMINISTIC, "normalization")
 def blockwise_attention(q, k, v, *, block_size=256, return_lse=False, **options):
     r"""Attention computed block by block with an online softmax, never forming the (L, S) matrix.
 
@@ -83,6 +84,9 @@ def blockwise_attention(q, k, v, *, block_size=256, return_lse=False, **options)
     q_descale, k_descale, v_descale : float or array_like, optional
         Descale factors of fp8 input, as in `scaled_dot_product_attention`;
         fp8 input gives bfloat16 output.
+    normalization : {"softmax"}, optional
+        The online softmax is the only normalization here; ``"sigmoid"``
+        is refused by name (`scaled_dot_product_attention` computes it).
     return_lse : bool, optional
         Also return the log-sum-exp of each query row's scores.
 
@@ -108,8 +112,9 @@ def blockwise_attention(q, k, v, *, block_size=256, return_lse=False, **options)
         As `scaled_dot_product_attention`; also if `block_size` is not an
         integer or a pair of integers, or `return_lse` is not a bool.
     ValueError
-        As `scaled_dot_product_attention`; also if a block size is < 1 or
-        `block_size` is a sequence whose length is not 2.
+        As `scaled_dot_product_attention`; also if a block size is < 1,
+        `block_size` is a sequence whose length is not 2, or `normalization`
+        is not ``"softmax"``.
 
     See Also
     --------
@@ -212,8 +217,9 @@ def blockwise_attention(q, k, v, *, block_size=256, return_lse=False, **options)
     array([0.69314718, 1.09861229, 1.09861229, 1.09861229, 1.09861229,
            1.09861229, 1.09861229])
     """
-    block_q, block_k = _block_sizes(block_size)
+    block_q, block_k = block_sizes(block_size)
     return_lse = check_bool(return_lse, "return_lse")
+    softmax_only(options["normalization"], "blockwise_attention")
     p = prepare_attention(q, k, v, **options)
     out, lse = online_softmax(p, block_q, block_k)
     out = out.astype(p.out_dtype, copy=False)
@@ -356,7 +362,7 @@ def merge_attention(outs, lses, *, sinks=None):
         sinks = as_per_head(sinks, "sinks", shape[:-2], work_dtype)
         lse_parts = np.concatenate([lse_parts, np.broadcast_to(sinks[..., None], shape[:-1])[None]])
     with np.errstate(invalid="ignore", over="ignore"):  # +inf or NaN parts: NaN rows, no warning
-        shift = _safe_max(lse_parts.max(axis=0))  # (..., L)
+        shift = safe_max(lse_parts.max(axis=0))  # (..., L)
         weights = np.exp(lse_parts - shift)  # (n, ..., L); 0 for -inf parts
         total = weights.sum(axis=0)
         seen = total != 0  # False where every part is empty

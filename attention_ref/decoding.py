@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._options import takes_options
+from ._options import NORMALIZATION, takes_options
 from ._validation import as_real_array, check_int, check_ndim, check_window, result_dtype
 from .attention import scaled_dot_product_attention
 
@@ -269,7 +269,7 @@ def _check_fits(new, name, buffer, what):
         )
 
 
-@takes_options("window", "scale", "softcap", "alibi_slopes", "sinks", "enable_gqa")
+@takes_options("window", "scale", "softcap", "alibi_slopes", "sinks", "enable_gqa", *NORMALIZATION)
 def decode_step(q, k, v, cache, *, return_weights=False, **options):
     r"""One decoding step: cache the new keys and values, then attend the new queries to every cached position.
 
@@ -311,6 +311,11 @@ def decode_step(q, k, v, cache, *, return_weights=False, **options):
     enable_gqa : bool, optional
         Grouped-query attention: the cache may hold fewer heads (axis -3)
         than `q`; query head ``h`` uses key/value head ``h // (Hq // Hkv)``.
+    normalization : {"softmax", "sigmoid"}, optional
+        How scores become weights, as in `scaled_dot_product_attention`.
+    sigmoid_bias : float, optional
+        The sigmoid's bias; default ``-log S``, ``S`` the positions the
+        step attends to. Only with ``normalization="sigmoid"``.
     return_weights : bool, optional
         Also return the attention weights over all cached positions.
 

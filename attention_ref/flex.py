@@ -22,7 +22,7 @@ import numpy as np
 
 from ._interop import is_torch_tensor, numpy_to_torch, to_numpy
 from ._kernel import run_blocks, scaled_down_values
-from ._online import _online_update, _safe_max
+from ._online import online_update, safe_max
 from ._validation import (
     as_real_array,
     check_bool,
@@ -35,7 +35,7 @@ from ._validation import (
     result_dtype,
 )
 from .backward import AttentionGrads
-from .blockwise import _block_sizes
+from .blockwise import block_sizes
 
 __all__ = ["block_mask_to_dense", "flex_attention", "flex_attention_backward"]
 
@@ -202,7 +202,7 @@ def _checked_result(fn, kind: str, result, shape: tuple[int, ...], where: str) -
     return arr
 
 
-def _tile_mask(mask_mod, index, shape, where) -> np.ndarray:
+def tile_mask(mask_mod, index, shape, where) -> np.ndarray:
     """The ``mask_mod`` of one tile: booleans broadcastable to `shape` (B, H, l, s).
 
     `index` holds the integer arrays ``(b, h, q_idx, kv_idx)``; a mod written for torch gets them as int64
@@ -215,7 +215,7 @@ def _tile_mask(mask_mod, index, shape, where) -> np.ndarray:
     return allowed
 
 
-def _tile_score(score_mod, scores, index, where) -> np.ndarray:
+def tile_score(score_mod, scores, index, where) -> np.ndarray:
     """``score_mod`` of one tile of `scores` (B, H, l, s), as a real array of that shape and dtype.
 
     A mod written for torch gets `scores` as a tensor of its dtype (bfloat16 too) and `index` as int64 tensors.
@@ -230,7 +230,7 @@ def _tile_score(score_mod, scores, index, where) -> np.ndarray:
     return np.array(np.broadcast_to(arr, scores.shape), dtype=scores.dtype)  # a copy: the tile is overwritten later
 
 
-def _autograd_derivative(score_mod):
+def autograd_derivative(score_mod):
     """``score_mod``'s derivative by torch autograd, called as a ``score_mod_grad`` is (NumPy arrays in and out)."""
 
     def score_mod_grad(score, b, h, q_idx, kv_idx):
@@ -239,7 +239,7 @@ def _autograd_derivative(score_mod):
     return score_mod_grad
 
 
-def _score_mod_derivative(score_mod, score_mod_grad, probe):
+def choose_score_mod_derivative(score_mod, score_mod_grad, probe):
     """The derivative of `score_mod` a backward pass uses, chosen in one order for every caller.
 
     `score_mod_grad` when given; else the ``score_mod_grad`` attribute the package's score functions carry;
@@ -282,7 +282,7 @@ def _tile_products(a, b):
 class _Flex:
     """A checked FlexAttention problem: arrays in the working dtype and the index arrays of the mods."""
 
-    def __init__(self, q, k, v, score_mod, mask_mod, scale, enable_gqa, block_size, work=None):
+    def __init__(self, q, k, v, score_mod, mask_mod, scale, enable_gqa, block_size, work=None, block_mask=None):
         q, k, v = (as_real_array(a, name) for a, name in ((q, "q"), (k, "k"), (v, "v")))
         for arr, name, layout in ((q, "q", "(B, Hq, L, E)"), (k, "k", "(B, Hkv, S, E)"), (v, "v", "(B, Hkv, S, Ev)")):
             check_exact_ndim(arr, name, 4, layout)
@@ -308,7 +308,7 @@ class _Flex:
             scale = 1.0 / math.sqrt(E) if E else 1.0
         scale = check_real(scale, "scale")
         check_fits_dtype(scale, "scale", dtype)
-        self.block_q, self.block_k = _block_sizes(block_size)
+        self.block_q, self.block_k = block_sizes(block_size)
         self.q, self.k, self.v = (a.astype(dtype, copy=False) for a in (q, k, v))
         self.dtype = dtype
         self.scale = dtype.type(scale)
@@ -316,6 +316,34 @@ class _Flex:
         self.kv_head = np.arange(n_heads) // (n_heads // kv_heads) if kv_heads else np.arange(0)  # (Hq,)
         self.b = np.arange(self.B).reshape(-1, 1, 1, 1)
         self.h = np.arange(n_heads).reshape(1, -1, 1, 1)
+        self.blocks = None if block_mask is None else self._blocks(block_mask)
+
+    def _blocks(self, block_mask) -> _Blocks:
+        """The checked block mask, whose blocks become the tiles and whose mask_mod becomes the problem's."""
+        if self.mask_mod is not None:
+            raise ValueError("give mask_mod or block_mask, not both: a block mask carries its own mask_mod")
+        blocks = _blocks_of(block_mask)
+        if (blocks.L, blocks.S) != (self.L, self.S):
+            raise ValueError(f"block_mask describes sequence lengths (L, S) = ({blocks.L}, {blocks.S}), but q and k "
+                             f"have ({self.L}, {self.S})")
+        for axis, (size, name) in enumerate(((self.B, "batch B"), (self.H, "query heads Hq"))):
+            if blocks.partial.shape[axis] not in (1, size):
+                raise ValueError(f"block_mask has {blocks.partial.shape[axis]} on the axis of the {name} = {size}; "
+                                 f"it must have {size} or 1")
+        self.mask_mod, self.block_q, self.block_k = blocks.mask_mod, blocks.block_q, blocks.block_k
+        return blocks
+
+    def status(self, rows: slice, cols: slice) -> np.ndarray | None:
+        """What the block mask says of the tile for each (b, h), (B, Hq): 0 empty, 1 partial (the mask_mod
+        decides), 2 full; None without a block mask. A tile is one block of the mask."""
+        if self.blocks is None:
+            return None
+        partial, full = self.blocks.block(rows.start // self.block_q, cols.start // self.block_k)
+        return np.broadcast_to(np.where(full, 2, np.where(partial, 1, 0)), (self.B, self.H))
+
+    def active(self, status: np.ndarray):
+        """The ``(b, h)`` whose block is not empty under a tile's `status`."""
+        return [(b, h) for b, h in zip(*np.nonzero(status), strict=True)]
 
     def keys(self, cols: slice):
         """Keys and values of `cols` for every query head: (B, Hq, s, E), (B, Hq, s, Ev) (GQA heads repeated)."""
@@ -337,31 +365,81 @@ class _Flex:
 
         Returns ``(x, raw, allowed)``: ``x`` (B, Hq, l, s) with ``-inf``
         where masked, ``raw`` the scaled scores before ``score_mod`` and
-        ``allowed`` the mask (None: everything allowed).
+        ``allowed`` the mask (None: everything allowed). Under a block mask,
+        an empty block is skipped and a full one needs no mask_mod, as
+        FlexAttention skips them: neither mod is called there.
         """
         index, shape, where = self.tile(rows, cols)
+        status = self.status(rows, cols)
+        if status is None:
+            return self._scores(q_rows, k_cols, index, shape, where, self.mask_mod)
+        if not status.any():
+            return None
+        if (status == status.flat[0]).all():  # the same block for every (b, h): the tile at once
+            return self._scores(q_rows, k_cols, index, shape, where, self.mask_mod if status.flat[0] == 1 else None)
+        raw = _tile_products(q_rows, np.swapaxes(k_cols, -1, -2))
+        x, allowed = np.full(shape, -np.inf, raw.dtype), np.zeros(shape, bool)
+        for b, h in self.active(status):  # each (b, h) whose block is not empty, on its own
+            one = (index[0][b:b + 1], index[1][:, h:h + 1], index[2], index[3])
+            one_shape = (1, 1, *shape[2:])
+            seen = np.ones(one_shape, bool)
+            if status[b, h] == 1 and self.mask_mod is not None:
+                seen = tile_mask(self.mask_mod, one, one_shape, where)
+            score = raw[b:b + 1, h:h + 1]
+            if self.score_mod is not None:
+                score = tile_score(self.score_mod, score.copy(), one, where)
+            allowed[b, h], x[b, h] = seen[0, 0], np.where(seen, score, -np.inf)[0, 0]
+        return (x, raw, allowed) if allowed.any() else None
+
+    def slope(self, score_mod, score_mod_grad, raw, rows, cols) -> np.ndarray:
+        """The derivative of `score_mod` on the tile (`_tile_slope`), evaluated only on the (b, h) whose block
+        is not empty under a block mask (0 elsewhere, where no weight reaches it)."""
+        index, shape, where = self.tile(rows, cols)
+        status = self.status(rows, cols)
+        if status is None or (status == status.flat[0]).all():
+            return _tile_slope(score_mod, score_mod_grad, raw, index, shape, where)
+        slope = np.zeros(shape, raw.dtype)
+        for b, h in self.active(status):
+            one = (index[0][b:b + 1], index[1][:, h:h + 1], index[2], index[3])
+            slope[b, h] = np.broadcast_to(_tile_slope(score_mod, score_mod_grad, raw[b:b + 1, h:h + 1], one,
+                                                      (1, 1, *shape[2:]), where), (1, 1, *shape[2:]))[0, 0]
+        return slope
+
+    def _scores(self, q_rows, k_cols, index, shape, where, mask_mod):
+        """`scores` of a tile whose every (b, h) is computed alike, with `mask_mod` (None: all allowed)."""
         allowed = None
-        if self.mask_mod is not None:
-            allowed = _tile_mask(self.mask_mod, index, shape, where)
+        if mask_mod is not None:
+            allowed = tile_mask(mask_mod, index, shape, where)
             if not allowed.any():
                 return None  # no product, no score_mod
             if allowed.all():
                 allowed = None
         raw = _tile_products(q_rows, np.swapaxes(k_cols, -1, -2))  # (B, Hq, l, s), queries already scaled
-        x = raw if self.score_mod is None else _tile_score(self.score_mod, raw.copy(), index, where)
+        x = raw if self.score_mod is None else tile_score(self.score_mod, raw.copy(), index, where)
         if allowed is not None:
             x = np.where(allowed, x, -np.inf)
         elif x is raw:
-            x = raw.copy()  # _online_update overwrites its scores
+            x = raw.copy()  # online_update overwrites its scores
         return x, raw, allowed
 
 
 def _probe(p: _Flex):
-    """The first score of the problem, as `_score_mod_derivative` tries a mod on it; None for an empty problem."""
+    """The first score of the problem, as `choose_score_mod_derivative` tries a mod on it; None for an empty problem.
+
+    Under a block mask, the first score of the first block that is not empty, of one (b, h) it is computed for
+    (None when every block is empty)."""
     if not (p.L and p.S):
         return None
-    index, shape, where = p.tile(slice(0, 1), slice(0, 1))
-    return (np.zeros(shape, p.dtype), *index), where
+    if p.blocks is None:
+        index, shape, where = p.tile(slice(0, 1), slice(0, 1))
+        return (np.zeros(shape, p.dtype), *index), where
+    listed = np.broadcast_to(p.blocks.partial | p.blocks.full, (p.B, p.H, *p.blocks.partial.shape[2:]))
+    if not listed.any():
+        return None
+    b, h, m, n = (int(i[0]) for i in np.nonzero(listed))
+    rows, cols = p.blocks.span(m, n)
+    index, _, where = p.tile(slice(rows.start, rows.start + 1), slice(cols.start, cols.start + 1))
+    return (np.zeros((1, 1, 1, 1), p.dtype), index[0][b:b + 1], index[1][:, h:h + 1], *index[2:]), where
 
 
 def _forward_block(p: _Flex, rows: slice, v_scale_exp: int, out, lse) -> None:
@@ -378,7 +456,7 @@ def _forward_block(p: _Flex, rows: slice, v_scale_exp: int, out, lse) -> None:
             continue
         if v_scale_exp:
             v_cols = np.ldexp(v_cols, -v_scale_exp)
-        _online_update(m, total, acc, tile[0], v_cols)
+        online_update(m, total, acc, tile[0], v_cols)
     seen = total != 0  # False where every key was masked or scored -inf
     np.divide(acc, total[..., None], out=out[:, :, rows], where=seen[..., None])
     out[:, :, rows][~seen] = 0.0
@@ -406,8 +484,8 @@ def _forward(p: _Flex):
     return out, lse
 
 
-def flex_attention(q, k, v, score_mod=None, mask_mod=None, *, scale=None, enable_gqa=False, return_lse=False,
-                   block_size=256):
+def flex_attention(q, k, v, score_mod=None, mask_mod=None, *, block_mask=None, scale=None, enable_gqa=False,
+                   return_lse=False, block_size=256):
     r"""Attention with any ``score_mod`` and ``mask_mod``, as PyTorch's FlexAttention, in O(L) memory.
 
     Parameters
@@ -430,6 +508,13 @@ def flex_attention(q, k, v, score_mod=None, mask_mod=None, *, scale=None, enable
         ``mask_mod(b, h, q_idx, kv_idx)`` returns booleans, True where the
         query may attend to the key, broadcastable to (B, Hq, l, s).
         Integers and floats are refused. NumPy or torch, as `score_mod`.
+    block_mask : BlockMask or dict, optional
+        A block-sparse mask instead of `mask_mod`: torch's ``BlockMask`` or
+        a dict of `block_mask_to_dense`'s keywords. Its blocks are the
+        tiles (its ``BLOCK_SIZE`` replaces `block_size`): an empty block is
+        skipped and neither mod is called on it, a full one is computed
+        without its ``mask_mod``, a partial one with it, as FlexAttention
+        computes them.
     scale : float, optional
         Multiplier of ``q @ k^T``; default ``1 / sqrt(E)``.
     enable_gqa : bool, optional
@@ -458,11 +543,14 @@ def flex_attention(q, k, v, score_mod=None, mask_mod=None, *, scale=None, enable
         returns non-booleans or ``score_mod`` non-real scores; or an
         exception of that type inside a mod (named, chained to it; for a
         mod that raises on NumPy arrays and on torch tensors, the message
-        gives both and the NumPy one is chained and sets the type).
+        gives both and the NumPy one is chained and sets the type); or as
+        `block_mask_to_dense` for `block_mask`.
     ValueError
         If the shapes do not fit together, a mod's result does not
         broadcast to its tile, or an exception of any other type is raised
-        inside a mod (named, chained to it).
+        inside a mod (named, chained to it); if `block_mask` comes with
+        `mask_mod`, or its lengths, batch or heads are not those of `q` and
+        `k`, or as `block_mask_to_dense`.
 
     See Also
     --------
@@ -494,7 +582,9 @@ def flex_attention(q, k, v, score_mod=None, mask_mod=None, *, scale=None, enable
 
     PyTorch's eager path forms the whole (L, S) matrix in the input's
     dtype; its compiled kernel skips blocks from a ``BlockMask``. Here the
-    block structure is found from ``mask_mod`` itself on every call.
+    block structure is found from ``mask_mod`` itself on every call, or
+    read from `block_mask` when one is given, whose empty blocks are
+    skipped as the compiled kernel skips them.
 
     *Mods written for torch.* A mod may be the one written for PyTorch's
     FlexAttention: torch operations on torch tensors, including tensors
@@ -542,14 +632,14 @@ def flex_attention(q, k, v, score_mod=None, mask_mod=None, *, scale=None, enable
     (array([0., 0., 0., 0.]), np.float64(-inf))
     """
     return_lse = check_bool(return_lse, "return_lse")
-    p = _Flex(q, k, v, score_mod, mask_mod, scale, enable_gqa, block_size)
+    p = _Flex(q, k, v, score_mod, mask_mod, scale, enable_gqa, block_size, block_mask=block_mask)
     out, lse = _forward(p)
     out = out.astype(p.out_dtype, copy=False)
     return (out, lse) if return_lse else out
 
 
-def flex_attention_backward(q, k, v, dout, score_mod=None, mask_mod=None, *, score_mod_grad=None, scale=None,
-                            enable_gqa=False, block_size=256):
+def flex_attention_backward(q, k, v, dout, score_mod=None, mask_mod=None, *, block_mask=None, score_mod_grad=None,
+                            scale=None, enable_gqa=False, block_size=256):
     r"""Gradients of `flex_attention` with respect to `q`, `k` and `v`, tile by tile.
 
     Parameters
@@ -560,6 +650,9 @@ def flex_attention_backward(q, k, v, dout, score_mod=None, mask_mod=None, *, sco
         Gradient of the loss with respect to the output.
     score_mod, mask_mod : callable, optional
         As `flex_attention`.
+    block_mask : BlockMask or dict, optional
+        As `flex_attention`: no mod, nor `score_mod_grad`, is called on
+        an empty block.
     score_mod_grad : callable, optional
         ``score_mod_grad(score, b, h, q_idx, kv_idx)``: the derivative of
         `score_mod` with respect to its first argument, elementwise, with
@@ -635,9 +728,9 @@ def flex_attention_backward(q, k, v, dout, score_mod=None, mask_mod=None, *, sco
     given = (q, k, v)
     first = result_dtype(*(as_real_array(a, name) for a, name in zip(given, "qkv", strict=True)))[0]
     work = np.float64 if first.itemsize < 4 else None  # as attention_backward: half precision worked in float64
-    p = _Flex(q, k, v, score_mod, mask_mod, scale, enable_gqa, block_size, work=work)
+    p = _Flex(q, k, v, score_mod, mask_mod, scale, enable_gqa, block_size, work=work, block_mask=block_mask)
     if score_mod is not None:
-        score_mod_grad = _score_mod_derivative(score_mod, score_mod_grad, _probe(p))  # None: by torch autograd
+        score_mod_grad = choose_score_mod_derivative(score_mod, score_mod_grad, _probe(p))  # None: by torch autograd
     elif score_mod_grad is not None and not callable(score_mod_grad):
         raise TypeError(f"score_mod_grad must be a function or None; got {type(score_mod_grad).__name__}")
     dout = as_real_array(dout, "dout")
@@ -653,7 +746,7 @@ def flex_attention_backward(q, k, v, dout, score_mod=None, mask_mod=None, *, sco
             rows = slice(r0, min(p.L, r0 + p.block_q))
             q_rows = p.q[:, :, rows]
             q_scaled = q_rows * p.scale
-            shift = _safe_max(lse[:, :, rows])[..., None]  # (B, Hq, l, 1); empty rows: 0, weights exp(-inf) = 0
+            shift = safe_max(lse[:, :, rows])[..., None]  # (B, Hq, l, 1); empty rows: 0, weights exp(-inf) = 0
             for cols in p.key_blocks():
                 k_cols, v_cols = p.keys(cols)
                 tile = p.scores(q_scaled, k_cols, rows, cols)
@@ -664,8 +757,7 @@ def flex_attention_backward(q, k, v, dout, score_mod=None, mask_mod=None, *, sco
                 dx = weights * (_tile_products(dout[:, :, rows], np.swapaxes(v_cols, -1, -2))
                                 - delta[:, :, rows, None])
                 if score_mod is not None:
-                    index, shape, where = p.tile(rows, cols)
-                    slope = _tile_slope(score_mod, score_mod_grad, raw, index, shape, where)
+                    slope = p.slope(score_mod, score_mod_grad, raw, rows, cols)
                     dx = np.where(dx == 0, 0.0, dx * slope).astype(p.dtype, copy=False)  # masked: 0, never 0 * inf
                 dq[:, :, rows] += _tile_products(dx, k_cols) * p.scale
                 dk[:, :, cols] += _tile_products(np.swapaxes(dx, -1, -2), q_rows) * p.scale
@@ -834,9 +926,57 @@ def block_mask_to_dense(block_mask=None, /, *, kv_num_blocks=None, kv_indices=No
     >>> bool(np.array_equal(block_mask_to_dense(fields), dense))
     True
     """
-    keywords = {"kv_num_blocks": kv_num_blocks, "kv_indices": kv_indices, "full_kv_num_blocks": full_kv_num_blocks,
-                "full_kv_indices": full_kv_indices, "BLOCK_SIZE": BLOCK_SIZE, "mask_mod": mask_mod,
-                "seq_lengths": seq_lengths}
+    return _dense_mask(_blocks_of(block_mask, kv_num_blocks=kv_num_blocks, kv_indices=kv_indices,
+                                  full_kv_num_blocks=full_kv_num_blocks, full_kv_indices=full_kv_indices,
+                                  BLOCK_SIZE=BLOCK_SIZE, mask_mod=mask_mod, seq_lengths=seq_lengths))
+
+
+class _Blocks:
+    """A checked block-sparse description: which key blocks each (b, h, query block) computes, as FlexAttention
+    reads a ``BlockMask``.
+
+    ``partial`` and ``full`` are bool (B, H, n_q_blocks, n_k_blocks) (B and H may be 1, broadcast): a partial
+    block is computed with ``mask_mod`` (None: all True), a full one without it; a block in neither is empty.
+    """
+
+    def __init__(self, kv_num_blocks, kv_indices, full_kv_num_blocks, full_kv_indices, BLOCK_SIZE, mask_mod,
+                 seq_lengths):
+        if isinstance(BLOCK_SIZE, (tuple, list)) and len(BLOCK_SIZE) == 2:
+            self.block_q = check_int(BLOCK_SIZE[0], "BLOCK_SIZE[0] (Q)", minimum=1)
+            self.block_k = check_int(BLOCK_SIZE[1], "BLOCK_SIZE[1] (KV)", minimum=1)
+        else:
+            self.block_q = self.block_k = check_int(BLOCK_SIZE, "BLOCK_SIZE", minimum=1)
+        if not isinstance(seq_lengths, (tuple, list)) or len(seq_lengths) != 2:
+            raise ValueError(f"seq_lengths must be a pair (L, S); got {seq_lengths!r}")
+        self.L = check_int(seq_lengths[0], "seq_lengths[0] (L)", minimum=0)
+        self.S = check_int(seq_lengths[1], "seq_lengths[1] (S)", minimum=0)
+        if mask_mod is not None and not callable(mask_mod):
+            raise TypeError(f"mask_mod must be a function or None; got {type(mask_mod).__name__}")
+        self.mask_mod = mask_mod
+        counts = to_numpy(kv_num_blocks, "kv_num_blocks")
+        if counts.ndim != 3:
+            raise ValueError(f"kv_num_blocks must have shape (B, H, n_q_blocks); got {counts.shape}")
+        n_q, n_k = -(-self.L // self.block_q), -(-self.S // self.block_k)
+        shape = (*counts.shape[:2], n_q)
+        self.partial = _kv_blocks(kv_num_blocks, kv_indices, "kv_num_blocks/kv_indices", n_k, shape)
+        if (full_kv_num_blocks is None) != (full_kv_indices is None):
+            raise ValueError("full_kv_num_blocks and full_kv_indices must be given together")
+        self.full = np.zeros_like(self.partial) if full_kv_num_blocks is None else _kv_blocks(
+            full_kv_num_blocks, full_kv_indices, "full_kv_num_blocks/full_kv_indices", n_k, shape)
+
+    def block(self, m: int, n: int):
+        """``(partial, full)`` of query block `m` and key block `n`: bool (B, H) each."""
+        return self.partial[:, :, m, n], self.full[:, :, m, n]
+
+    def span(self, m: int, n: int) -> tuple[slice, slice]:
+        """The query rows and key columns of block ``(m, n)``."""
+        return (slice(m * self.block_q, min(self.L, (m + 1) * self.block_q)),
+                slice(n * self.block_k, min(self.S, (n + 1) * self.block_k)))
+
+
+def _blocks_of(block_mask=None, **keywords) -> _Blocks:
+    """The `_Blocks` of a torch ``BlockMask`` or a dict of `block_mask_to_dense`'s keywords, or of the keywords."""
+    keywords = {name: keywords.get(name) for name in _BLOCK_MASK_FIELDS}
     if block_mask is not None:
         given = [name for name, value in keywords.items() if value is not None]
         if given:
@@ -846,48 +986,27 @@ def block_mask_to_dense(block_mask=None, /, *, kv_num_blocks=None, kv_indices=No
     missing = [name for name, required in _BLOCK_MASK_FIELDS.items() if required and keywords[name] is None]
     if missing:
         raise TypeError(f"block_mask_to_dense needs a block_mask or the keywords {', '.join(missing)}")
-    return _dense_mask(**keywords)
+    return _Blocks(**keywords)
 
 
-def _dense_mask(kv_num_blocks, kv_indices, full_kv_num_blocks, full_kv_indices, BLOCK_SIZE, mask_mod, seq_lengths):
-    """`block_mask_to_dense` of its checked-for keywords."""
-    if isinstance(BLOCK_SIZE, (tuple, list)) and len(BLOCK_SIZE) == 2:
-        block_q = check_int(BLOCK_SIZE[0], "BLOCK_SIZE[0] (Q)", minimum=1)
-        block_k = check_int(BLOCK_SIZE[1], "BLOCK_SIZE[1] (KV)", minimum=1)
-    else:
-        block_q = block_k = check_int(BLOCK_SIZE, "BLOCK_SIZE", minimum=1)
-    if not isinstance(seq_lengths, (tuple, list)) or len(seq_lengths) != 2:
-        raise ValueError(f"seq_lengths must be a pair (L, S); got {seq_lengths!r}")
-    L = check_int(seq_lengths[0], "seq_lengths[0] (L)", minimum=0)
-    S = check_int(seq_lengths[1], "seq_lengths[1] (S)", minimum=0)
-    if mask_mod is not None and not callable(mask_mod):
-        raise TypeError(f"mask_mod must be a function or None; got {type(mask_mod).__name__}")
-    counts = to_numpy(kv_num_blocks, "kv_num_blocks")
-    if counts.ndim != 3:
-        raise ValueError(f"kv_num_blocks must have shape (B, H, n_q_blocks); got {counts.shape}")
-    n_q, n_k = -(-L // block_q), -(-S // block_k)
-    shape = (*counts.shape[:2], n_q)
-    partial = _kv_blocks(kv_num_blocks, kv_indices, "kv_num_blocks/kv_indices", n_k, shape)
-    if (full_kv_num_blocks is None) != (full_kv_indices is None):
-        raise ValueError("full_kv_num_blocks and full_kv_indices must be given together")
-    full = np.zeros_like(partial) if full_kv_num_blocks is None else _kv_blocks(
-        full_kv_num_blocks, full_kv_indices, "full_kv_num_blocks/full_kv_indices", n_k, shape)
-    B, H = shape[:2]
-    dense = np.zeros((B, H, L, S), dtype=bool)
+def _dense_mask(blocks: _Blocks) -> np.ndarray:
+    """`block_mask_to_dense` of checked `blocks`."""
+    B, H, n_q, n_k = blocks.partial.shape
+    dense = np.zeros((B, H, blocks.L, blocks.S), dtype=bool)
     b, h = np.arange(B).reshape(-1, 1, 1, 1), np.arange(H).reshape(1, -1, 1, 1)
     for m in range(n_q):
-        rows = slice(m * block_q, min(L, (m + 1) * block_q))
         for n in range(n_k):
-            cols = slice(n * block_k, min(S, (n + 1) * block_k))
-            tile = full[:, :, m, n, None, None]  # (B, H, 1, 1)
-            if partial[:, :, m, n].any():
-                allowed = True
-                if mask_mod is not None:
+            rows, cols = blocks.span(m, n)
+            partial, full = blocks.block(m, n)
+            tile = full[:, :, None, None]  # (B, H, 1, 1)
+            if partial.any():
+                allowed: np.ndarray | bool = True
+                if blocks.mask_mod is not None:
                     index = (b, h, np.arange(rows.start, rows.stop).reshape(1, 1, -1, 1),
                              np.arange(cols.start, cols.stop).reshape(1, 1, 1, -1))
                     where = f"on the block of queries {rows.start}:{rows.stop} and keys {cols.start}:{cols.stop}"
-                    allowed = _tile_mask(mask_mod, index, (B, H, rows.stop - rows.start, cols.stop - cols.start),
-                                         where)
-                tile = tile | (partial[:, :, m, n, None, None] & allowed)
+                    allowed = tile_mask(blocks.mask_mod, index, (B, H, rows.stop - rows.start,
+                                                                 cols.stop - cols.start), where)
+                tile = tile | (partial[:, :, None, None] & allowed)
             dense[:, :, rows, cols] = tile
     return dense

@@ -12,7 +12,7 @@ ALIGNMENTS = ("top-left", "bottom-right")
 SIDES = ("right", "left")
 
 
-def _query_positions(n_queries, n_keys, alignment):
+def query_positions(n_queries, n_keys, alignment):
     """Key-axis position of each query row, shape ``(n_queries, 1)``.
 
     Top-left puts query ``i`` at key position ``i``; bottom-right puts the
@@ -105,7 +105,7 @@ def causal_mask(n_queries, n_keys=None, *, alignment="top-left"):
     array([[1, 1, 1, 0],
            [1, 1, 1, 1]])
     """
-    rows, cols = _query_positions(n_queries, n_keys, alignment)
+    rows, cols = query_positions(n_queries, n_keys, alignment)
     return cols <= rows
 
 
@@ -194,7 +194,7 @@ def sliding_window_mask(n_queries, n_keys=None, *, window, alignment="top-left")
         left, right = check_window(window)
     else:
         left, right = check_int(window, "window", minimum=1) - 1, 0
-    rows, cols = _query_positions(n_queries, n_keys, alignment)
+    rows, cols = query_positions(n_queries, n_keys, alignment)
     return in_window(rows, cols, left, right)
 
 

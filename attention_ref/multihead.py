@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._options import takes_options
+from ._options import NORMALIZATION, takes_options
 from ._validation import (
     as_real_array,
     check_bool,
@@ -420,7 +420,8 @@ def _project(x, w, b):
         return y if b is None else y + b
 
 
-@takes_options("mask", "bias", "is_causal", "causal_alignment", "window", "softcap", "alibi_slopes", "sinks")
+@takes_options("mask", "bias", "is_causal", "causal_alignment", "window", "softcap", "alibi_slopes", "sinks",
+               *NORMALIZATION)
 def multi_head_attention(x, params, *, context=None, return_weights=False, **options):
     r"""Multi-head (and grouped-query) attention with input and output projections.
 
@@ -456,6 +457,12 @@ def multi_head_attention(x, params, *, context=None, return_weights=False, **opt
     sinks : array_like of float, shape (H,) or broadcastable to (..., H), optional
         One attention-sink logit per query head (learned parameters in
         gpt-oss); each row's softmax denominator gains ``exp(sink)``.
+    normalization : {"softmax", "sigmoid"}, optional
+        How each head's scores become weights, as in
+        `scaled_dot_product_attention`.
+    sigmoid_bias : float, optional
+        The sigmoid's bias; default ``-log S``. Only with
+        ``normalization="sigmoid"``.
     return_weights : bool, optional
         Also return the per-head attention weights.
 
@@ -478,7 +485,7 @@ def multi_head_attention(x, params, *, context=None, return_weights=False, **opt
         ``d_context`` (or `context` is missing when they differ), or
         leading, mask or bias shapes do not broadcast; as
         `scaled_dot_product_attention` for `window`, `softcap`,
-        `alibi_slopes` and `sinks`.
+        `alibi_slopes`, `sinks`, `normalization` and `sigmoid_bias`.
 
     See Also
     --------

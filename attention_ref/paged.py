@@ -17,7 +17,7 @@ import numpy as np
 
 from ._options import DESCALES
 from ._validation import as_int_array, as_real_array, check_bool, check_choice, check_exact_ndim, check_int
-from .varlen import _check_cu_seqlens, attend_each, reject_per_pair_options
+from .varlen import attend_each, check_cu_seqlens, reject_per_pair_options
 
 __all__ = ["block_table_from_indptr", "nhd_to_hnd", "paged_attention"]
 
@@ -102,7 +102,7 @@ def _sequence_descale(descale, name: str, layout: str, n_seq: int, n_heads: int)
     )
 
 
-def _gather(pages_pool: np.ndarray, pages: np.ndarray, length: int) -> np.ndarray:
+def gather_pages(pages_pool: np.ndarray, pages: np.ndarray, length: int) -> np.ndarray:
     """The first `length` positions of the pages `pages` of the pool, in order: shape (Hkv, length, E)."""
     _, heads, page_size, size = pages_pool.shape
     chosen = pages_pool[pages]  # (n, Hkv, page_size, E): only the used pages are read
@@ -140,7 +140,7 @@ def prepare_paged(q, k_pages, v_pages, block_table, kv_lens, layout, cu_seqlens_
         rows = [(b,) for b in range(n_seq)]
     else:
         check_exact_ndim(q, "q", 3, "(Hq, total_q, E) with cu_seqlens_q")
-        cu = _check_cu_seqlens(cu_seqlens_q, "cu_seqlens_q", q.shape[-2], "queries (q.shape[-2])")
+        cu = check_cu_seqlens(cu_seqlens_q, "cu_seqlens_q", q.shape[-2], "queries (q.shape[-2])")
         if cu.size != n_seq + 1:
             raise ValueError(
                 f"cu_seqlens_q must have B + 1 = {n_seq + 1} entries for the {n_seq} rows of block_table; "
@@ -312,7 +312,7 @@ def paged_attention(
     q, k_pages, v_pages, rows, used, lens, options = prepare_paged(
         q, k_pages, v_pages, block_table, kv_lens, layout, cu_seqlens_q, options, "paged_attention")
     parts = (
-        (q[index], _gather(k_pages, pages, length), _gather(v_pages, pages, length))
+        (q[index], gather_pages(k_pages, pages, length), gather_pages(v_pages, pages, length))
         for index, pages, length in zip(rows, used, lens, strict=True)
     )
     outs, weights, lses = attend_each(parts, options, return_lse)
@@ -320,7 +320,7 @@ def paged_attention(
     join, axis, lse_axis = (np.stack, 0, 0) if cu_seqlens_q is None else (np.concatenate, -2, -1)
     if not outs:  # no sequences: one empty call gives the checks, the output's shape and its dtype
         none = np.zeros(0, dtype=np.int64)
-        empty = (q, _gather(k_pages, none, 0), _gather(v_pages, none, 0))
+        empty = (q, gather_pages(k_pages, none, 0), gather_pages(v_pages, none, 0))
         # (0, Hkv) descales have no row for the one call; they do not change the output's dtype
         no_rows = {name: None for name in DESCALES if np.ndim(options.get(name)) == 2}
         outs, _, lses = attend_each([empty], options | no_rows | {"return_weights": False}, return_lse)
@@ -386,7 +386,7 @@ def block_table_from_indptr(indptr, indices, last_page_len, page_size):
     """
     page_size = check_int(page_size, "page_size", minimum=1)
     pages = as_int_array(indices, "indices", 1, "(indptr[-1],)")
-    ptr = _check_cu_seqlens(indptr, "indptr", pages.size, "pages (len(indices))")
+    ptr = check_cu_seqlens(indptr, "indptr", pages.size, "pages (len(indices))")
     last = as_int_array(last_page_len, "last_page_len", 1, "(B,)")
     n_seq = ptr.size - 1
     if last.shape != (n_seq,):

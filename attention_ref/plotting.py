@@ -99,7 +99,7 @@ def _check_figsize(figsize) -> tuple[float, float] | None:
     return width, height
 
 
-def _colormap(cmap):
+def resolved_colormap(cmap):
     """Return `cmap` (a name, a Colormap, or None for the rc default) as a Colormap, or raise naming `cmap`."""
     import matplotlib
 
@@ -129,7 +129,7 @@ def _relative_luminance(rgba) -> float:
     return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
 
 
-def _text_colour(background) -> str:
+def text_colour(background) -> str:
     """``"black"`` or ``"white"``, whichever has the higher WCAG contrast ratio on `background`."""
     luminance = _relative_luminance(background)
     contrast_black = (luminance + 0.05) / 0.05
@@ -269,7 +269,7 @@ def plot_attention(
     _check_fmt(fmt)
     colorbar = check_bool(colorbar, "colorbar")
     label = _check_label(label)
-    cmap = _colormap(cmap)
+    cmap = resolved_colormap(cmap)
     ax = _check_ax(ax)
 
     if ax is None:
@@ -296,7 +296,7 @@ def plot_attention(
                 if np.isfinite(w[i, j]):
                     ax.text(
                         j, i, format(float(w[i, j]), fmt), ha="center", va="center",
-                        color=_text_colour(colours[i, j]), fontsize=fontsize,
+                        color=text_colour(colours[i, j]), fontsize=fontsize,
                     )
     if colorbar:
         ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label=label)
@@ -417,7 +417,7 @@ def plot_heads(
     _check_fmt(kwargs.get("fmt", ".2f"))
     _check_annotate(kwargs.get("annotate"))
     if "cmap" in kwargs:
-        kwargs["cmap"] = _colormap(kwargs["cmap"])
+        kwargs["cmap"] = resolved_colormap(kwargs["cmap"])
     label = _check_label(label)
     figsize = _check_figsize(figsize)
     # One colour scale for every panel.

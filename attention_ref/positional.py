@@ -14,7 +14,7 @@ from ._validation import (
     check_real,
     result_dtype,
 )
-from .masks import _query_positions
+from .masks import query_positions
 
 __all__ = ["alibi_bias", "alibi_slopes", "apply_rope", "sinusoidal_positions"]
 
@@ -361,6 +361,6 @@ def alibi_bias(n_heads, n_queries, n_keys=None, *, alignment="top-left"):
             [-0.0078125 , -0.00390625,  0.        ]]])
     """
     n_heads = check_int(n_heads, "n_heads", minimum=1)
-    rows, cols = _query_positions(n_queries, n_keys, alignment)  # (L, 1), (1, S)
+    rows, cols = query_positions(n_queries, n_keys, alignment)  # (L, 1), (1, S)
     distance = -np.abs(rows - cols)  # (L, S), integer, so 0 stays +0.0 below
     return _slopes(n_heads)[:, None, None] * distance

@@ -64,7 +64,7 @@ def _installed(name: str) -> bool:
     return importlib.util.find_spec(name) is not None
 
 
-def _release(version: str) -> tuple[int, ...]:
+def release_numbers(version: str) -> tuple[int, ...]:
     """The release numbers of a version string: ``'2.13.0+cpu'`` -> ``(2, 13, 0)``, ``'5.0.0rc1'`` -> ``(5, 0, 0)``."""
     match = re.match(r"\d+(?:\.\d+)*", version)
     if match is None:
@@ -92,7 +92,7 @@ def _recent_enough(name: str, minimum: str | None) -> bool:
     if minimum is None:
         return True
     version = installed_version(name)
-    return version is not None and version != "" and _release(version) >= _release(minimum)
+    return version is not None and version != "" and release_numbers(version) >= release_numbers(minimum)
 
 
 def same_to_rounding(recorded, live, precision: str = "float64") -> bool:
@@ -160,7 +160,7 @@ class FrameworkRecord:
         if not at_least.keys() <= set(self.needs):
             raise ValueError(f"at_least names frameworks outside needs {list(self.needs)}: {sorted(at_least)}")
         for minimum in at_least.values():
-            _release(minimum)
+            release_numbers(minimum)
         self.live = all(_installed(name) and _recent_enough(name, at_least.get(name)) for name in self.needs)
         self.measured: dict[str, Any] = {}
         self._cases: Mapping[str, Any] = recorded[page]["cases"] if page in recorded else {}

@@ -4,7 +4,8 @@ Ramapuram et al. (2024) replace the softmax of the scores by ``sigmoid(x + b)`` 
 ``b = -log S`` (``S`` the number of keys) that keeps the weights of a row summing to about one at the start of
 training. `Sigmoid` is that normalization as `scaled_dot_product_attention` and `attention_backward` use it (and
 the checkers' naive baseline, which passes its own rounding): the forward weights, the backward through them
-and what a row with no allowed key gets. `sigmoid_weights` is the public form of the forward.
+and what a row with no allowed key gets, registered in `attention_ref._normalization` as an elementwise
+normalization. `sigmoid_weights` is the public form of the forward.
 """
 
 from __future__ import annotations
@@ -14,13 +15,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._validation import as_real_array, check_choice, check_fits_dtype, check_real, result_dtype
+from ._validation import as_real_array, check_fits_dtype, check_real, result_dtype
 
 __all__ = ["sigmoid_weights"]
-
-#: The normalizations of the scores `scaled_dot_product_attention` takes; the first is the default.
-NORMALIZATIONS = ("softmax", "sigmoid")
-
 
 def _keep(x):
     return x
@@ -45,6 +42,18 @@ class Sigmoid:
     bias: float
     #: The output of a row with no allowed key: every weight is sigmoid(-inf) = 0.
     empty_row = 0.0
+    #: The options of ``normalization="sigmoid"`` besides its name.
+    OPTIONS = ("sigmoid_bias",)
+
+    @classmethod
+    def from_options(cls, options: dict, n_keys: int, dtype) -> Sigmoid:
+        """The sigmoid of the checked options: ``sigmoid_bias``, default ``-log S`` for `n_keys` keys ``S``."""
+        given = options.get("sigmoid_bias")
+        if given is None:
+            return cls(default_bias(n_keys))
+        bias = check_real(given, "sigmoid_bias")
+        check_fits_dtype(bias, "sigmoid_bias", dtype)
+        return cls(bias)
 
     def weights(self, scores: np.ndarray, rnd=_keep) -> np.ndarray:
         """``sigmoid(scores + b)``, shape of `scores`; `rnd` rounds each step (the baseline's dtype)."""
@@ -56,31 +65,6 @@ class Sigmoid:
         """The gradient of the scores from that of the weights: ``dS = P (1 - P) dP`` (masked keys: P = 0)."""
         with np.errstate(invalid="ignore", over="ignore"):
             return rnd(rnd(weights * rnd(1 - weights)) * dweights)
-
-
-def choose_normalization(normalization, sigmoid_bias, n_keys: int, dtype) -> Sigmoid | None:
-    """The checked `normalization`: None for the softmax, else the `Sigmoid` with `sigmoid_bias` (default -log S).
-
-    A ValueError names `normalization` when it is unknown and `sigmoid_bias` when it comes with the softmax.
-    """
-    check_choice(normalization, "normalization", NORMALIZATIONS)
-    if normalization == "softmax":
-        if sigmoid_bias is not None:
-            raise ValueError(f"sigmoid_bias is an option of normalization='sigmoid'; got sigmoid_bias={sigmoid_bias!r} "
-                             f"with normalization='softmax'")
-        return None
-    if sigmoid_bias is None:
-        return Sigmoid(default_bias(n_keys))
-    bias = check_real(sigmoid_bias, "sigmoid_bias")
-    check_fits_dtype(bias, "sigmoid_bias", dtype)
-    return Sigmoid(bias)
-
-
-def refuse_sigmoid(normalization, what: str) -> None:
-    """A ValueError naming `normalization` if it asks for the sigmoid where only the softmax has a meaning."""
-    check_choice(normalization, "normalization", NORMALIZATIONS)
-    if normalization != "softmax":
-        raise ValueError(f"{what} has no meaning with normalization={normalization!r}: it needs the softmax")
 
 
 def sigmoid_weights(scores, bias=None):

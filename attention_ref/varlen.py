@@ -14,7 +14,7 @@ __all__ = ["varlen_attention"]
 _PER_PAIR_OPTIONS = ("mask", "bias")
 
 
-def _check_cu_seqlens(cu_seqlens, name: str, total: int, axis_name: str) -> np.ndarray:
+def check_cu_seqlens(cu_seqlens, name: str, total: int, axis_name: str) -> np.ndarray:
     """Return `cu_seqlens` as a 1-D int64 array of offsets ``0 = c_0 <= c_1 <= ... <= c_B = total``."""
     try:
         arr = np.asarray(cu_seqlens)
@@ -224,8 +224,8 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, *, return_lse=False, *
     check_exact_ndim(q, "q", 3, "(H, total_q, E)")
     check_exact_ndim(k, "k", 3, "(Hkv, total_k, E)")
     check_exact_ndim(v, "v", 3, "(Hkv, total_k, Ev)")
-    cu_q = _check_cu_seqlens(cu_seqlens_q, "cu_seqlens_q", q.shape[-2], "queries (q.shape[-2])")
-    cu_k = _check_cu_seqlens(cu_seqlens_k, "cu_seqlens_k", k.shape[-2], "keys (k.shape[-2])")
+    cu_q = check_cu_seqlens(cu_seqlens_q, "cu_seqlens_q", q.shape[-2], "queries (q.shape[-2])")
+    cu_k = check_cu_seqlens(cu_seqlens_k, "cu_seqlens_k", k.shape[-2], "keys (k.shape[-2])")
     if cu_q.size != cu_k.size:
         raise ValueError(
             f"cu_seqlens_q and cu_seqlens_k must describe the same number of sequences; got "

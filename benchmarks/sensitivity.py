@@ -41,7 +41,7 @@ import numpy as np
 from attention_ref import attention_backward, scaled_dot_product_attention
 from attention_ref._interop import to_numpy
 from attention_ref._validation import bfloat16_dtype, is_bfloat16
-from attention_ref.testing._baseline import _naive_attention, _naive_backward, _naive_forward
+from attention_ref.testing._baseline import naive_attention, naive_backward, naive_forward_arrays
 from attention_ref.testing._rule import ATOL_UNITS, ATOL_UNITS_GRAD, ATOL_UNITS_LSE
 from attention_ref.testing._rule import EPS as _EPS
 from attention_ref.testing._rule import errors as _errors
@@ -133,10 +133,10 @@ def truth(q, k, v, dout, spec: Spec) -> dict:
     q64, k64, v64, d64 = (a.astype(np.float64) for a in (q, k, v, dout))
     out, lse = scaled_dot_product_attention(q64, k64, v64, return_lse=True, **options)
     grads = attention_backward(q64, k64, v64, d64, **options)
-    naive_grads = _naive_backward(q, k, v, dout, dtype, options)
-    naive_lse = _naive_forward(q64, k64, v64, np.dtype(np.float32), options)[5].astype(np.float64)
+    naive_grads = naive_backward(q, k, v, dout, dtype, options)
+    naive_lse = naive_forward_arrays(q64, k64, v64, np.dtype(np.float32), options)[5].astype(np.float64)
     return {
-        "out": (out, _naive_attention(q, k, v, dtype, options)),
+        "out": (out, naive_attention(q, k, v, dtype, options)),
         "lse": (lse, np.broadcast_to(naive_lse, lse.shape)),
         **{kind: (getattr(grads, kind), getattr(naive_grads, kind)) for kind in ("dq", "dk", "dv")},
     }

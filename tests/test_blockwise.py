@@ -506,11 +506,11 @@ class _Counts:
     """Counts the tiles blockwise attention visits and the window masks it builds."""
 
     def __init__(self, monkeypatch):
+        import attention_ref._attention_problem
         import attention_ref._online
-        import attention_ref.attention
 
         self.tiles = self.masks = 0
-        update, band = attention_ref._online._online_update, attention_ref.attention.in_window
+        update, band = attention_ref._online.online_update, attention_ref._attention_problem.in_window
 
         def counting_update(*args):
             self.tiles += 1
@@ -520,8 +520,8 @@ class _Counts:
             self.masks += 1
             return band(*args)
 
-        monkeypatch.setattr(attention_ref._online, "_online_update", counting_update)
-        monkeypatch.setattr(attention_ref.attention, "in_window", counting_band)
+        monkeypatch.setattr(attention_ref._online, "online_update", counting_update)
+        monkeypatch.setattr(attention_ref._attention_problem, "in_window", counting_band)
 
 
 @pytest.mark.parametrize(

@@ -699,12 +699,12 @@ def test_torch_mods_capture_tensors_and_see_the_working_dtype(tt):
     scores = np.linspace(-2, 2, 6, dtype=bfloat16_dtype()).reshape(1, 1, 2, 3)  # the checkers' helper, bfloat16
     index = (np.zeros((1, 1, 1, 1), int), np.zeros((1, 1, 1, 1), int), np.arange(2).reshape(1, 1, 2, 1),
              np.arange(3).reshape(1, 1, 1, 3))
-    got = flex._tile_score(bias, scores, index, "in the test")
+    got = flex.tile_score(bias, scores, index, "in the test")
     assert got.dtype == scores.dtype and seen[-1] == tt.bfloat16
     want = (scores.astype(float) - (index[2] < index[3])).astype(scores.dtype)  # rounded to bfloat16, as torch does
     np.testing.assert_array_equal(got.astype(float), want.astype(float))
     index = (*index[:2], np.arange(7, 10).reshape(1, 1, 3, 1), np.arange(8, 12).reshape(1, 1, 1, 4))
-    allowed = flex._tile_mask(document, index, (1, 1, 3, 4), "in the test")
+    allowed = flex.tile_mask(document, index, (1, 1, 3, 4), "in the test")
     np.testing.assert_array_equal(allowed, (IDS[7:10, None] == IDS[8:12])[None, None])
     assert allowed.any() and not allowed.all()
 
@@ -723,7 +723,7 @@ def test_autograd_derivative_of_a_torch_score_mod_equals_score_mod_grad(tt, name
     got = flex._autograd_slope(t_mod, scores, index, "in the test")
     want = np.broadcast_to(numpy_mod.score_mod_grad(scores, *index), shape)
     assert got.shape == shape and got.dtype == np.float64
-    np.testing.assert_array_equal(flex._autograd_derivative(t_mod)(scores, *index), got)  # for the checkers
+    np.testing.assert_array_equal(flex.autograd_derivative(t_mod)(scores, *index), got)  # for the checkers
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-15)
     if name == "softcap":
         assert not np.all(got == got.flat[0])  # a derivative that depends on the score
@@ -898,3 +898,86 @@ def test_a_numpy_mod_keeps_its_own_warnings():
         out = ar.flex_attention(q, k, v, noisy, block_size=16)
     assert all(w.filename == __file__ for w in caught)  # shown where the mod raised it
     np.testing.assert_array_equal(out, ar.flex_attention(q, k, v, block_size=16))
+
+
+# --- a block mask's empty blocks are skipped, as FlexAttention skips them ------------------------------------
+
+#: Two batch entries, blocks of 2 by 2 over L = S = 8: query block m has its diagonal block partial (causal),
+#: the blocks before it full and those after it empty; batch 1 has block (0, 1) full as well.
+BLOCK = 2
+N_BLOCKS = 4
+STATUS = np.zeros((2, 1, N_BLOCKS, N_BLOCKS), int)  # 0 empty, 1 partial, 2 full
+for _m in range(N_BLOCKS):
+    STATUS[:, :, _m, :_m] = 2
+    STATUS[:, :, _m, _m] = 1
+STATUS[1, 0, 0, 1] = 2
+
+
+def _listed(kind):
+    """``(counts, indices)`` of the blocks of `STATUS` equal to `kind`, as a BlockMask holds them."""
+    counts = (STATUS == kind).sum(axis=-1)
+    indices = np.zeros((*STATUS.shape[:3], N_BLOCKS), np.int64)
+    for b, h, m in np.ndindex(*STATUS.shape[:3]):
+        found = np.flatnonzero(STATUS[b, h, m] == kind)
+        indices[b, h, m, :found.size] = found
+    return counts, indices
+
+
+def _in_block(status_kind, b, q_idx, kv_idx):
+    """Whether any of the positions (b, q_idx, kv_idx) lies in a block of `STATUS` of that kind."""
+    return np.any(STATUS[b, 0, q_idx // BLOCK, kv_idx // BLOCK] == status_kind)
+
+
+def _guarded_causal(b, h, q_idx, kv_idx):
+    assert not _in_block(0, b, q_idx, kv_idx), "mask_mod called on an empty block"
+    assert not _in_block(2, b, q_idx, kv_idx), "mask_mod called on a full block"
+    return kv_idx <= q_idx
+
+
+def _guarded_softcap(score, b, h, q_idx, kv_idx):
+    assert not _in_block(0, b, q_idx, kv_idx), "score_mod called on an empty block"
+    return 2.0 * np.tanh(score / 2.0)
+
+
+def _guarded_softcap_grad(score, b, h, q_idx, kv_idx):
+    assert not _in_block(0, b, q_idx, kv_idx), "score_mod_grad called on an empty block"
+    return 1.0 - np.tanh(score / 2.0) ** 2
+
+
+def _block_mask():
+    partial, full = _listed(1), _listed(2)
+    return {"kv_num_blocks": partial[0], "kv_indices": partial[1], "full_kv_num_blocks": full[0],
+            "full_kv_indices": full[1], "BLOCK_SIZE": BLOCK, "mask_mod": _guarded_causal, "seq_lengths": (8, 8)}
+
+
+def test_a_block_masks_empty_blocks_are_skipped_and_its_full_ones_need_no_mask_mod():
+    rng = np.random.default_rng(11)
+    q, k, v, dout = rng.standard_normal((4, 2, 3, 8, 4))
+    dense = np.zeros((2, 1, 8, 8), bool)  # the mask written out: causal, and batch 1's block (0, 1)
+    dense[:] = np.tril(np.ones((8, 8), bool))
+    dense[1, 0, 0:2, 2:4] = True
+    assert np.array_equal(ar.block_mask_to_dense(_block_mask()), dense)
+    out, lse = ar.flex_attention(q, k, v, _guarded_softcap, block_mask=_block_mask(), return_lse=True)
+    want, want_lse = ar.scaled_dot_product_attention(q, k, v, mask=dense, softcap=2.0, return_lse=True)
+    np.testing.assert_allclose(out, want, rtol=0, atol=1e-14)
+    np.testing.assert_allclose(lse, want_lse, rtol=0, atol=1e-14)
+    grads = ar.flex_attention_backward(q, k, v, dout, _guarded_softcap, block_mask=_block_mask(),
+                                       score_mod_grad=_guarded_softcap_grad)
+    for got, expected in zip(grads[:3], ar.attention_backward(q, k, v, dout, mask=dense, softcap=2.0)[:3],
+                             strict=True):
+        np.testing.assert_allclose(got, expected, rtol=0, atol=1e-13)
+    # the same mods over the dense mask meet the empty blocks: the guards would see them
+    with pytest.raises(ValueError, match="score_mod called on an empty block"):
+        ar.flex_attention(q, k, v, _guarded_softcap, lambda b, h, i, j: dense[b, 0, i, j])
+
+
+def test_a_block_mask_is_refused_with_a_mask_mod_or_for_other_lengths():
+    q = np.zeros((2, 3, 8, 4))
+    with pytest.raises(ValueError, match="give mask_mod or block_mask, not both"):
+        ar.flex_attention(q, q, q, mask_mod=ar.causal_mask_mod(), block_mask=_block_mask())
+    with pytest.raises(ValueError, match=r"block_mask describes sequence lengths \(L, S\) = \(8, 8\), but q and k "
+                                         r"have \(6, 6\)"):
+        ar.flex_attention(q[:, :, :6], q[:, :, :6], q[:, :, :6], block_mask=_block_mask())
+    with pytest.raises(ValueError, match=r"block_mask has 2 on the axis of the batch B = 3"):
+        ar.flex_attention(np.zeros((3, 1, 8, 4)), np.zeros((3, 1, 8, 4)), np.zeros((3, 1, 8, 4)),
+                          block_mask=_block_mask())

@@ -300,16 +300,16 @@ def test_descales_by_batch_entry_and_group_written_out_one_head_at_a_time():
 
 def test_the_fp8_baseline_rounds_the_weights_to_fp8():
     # FA3's intermediate_dtype: a baseline without that rounding is several times closer to the reference.
-    from attention_ref.testing._baseline import _naive_attention
-    from attention_ref.testing._problem import _dequantized
+    from attention_ref.testing._baseline import naive_attention
+    from attention_ref.testing._variants import dequantized
 
     q8, k8, v8, options = fp8_problem(5)
-    q, k, v, plain, fp8 = _dequantized(q8, k8, v8, options)
+    q, k, v, plain, fp8 = dequantized(q8, k8, v8, options)
     assert fp8 == q8.dtype
     bf16 = np.dtype(require("ml_dtypes").bfloat16)
     ref = scaled_dot_product_attention(q, k, v, **plain)
-    with_fp8 = np.abs(_naive_attention(q, k, v, bf16, plain, intermediate=fp8).astype(np.float64) - ref).max()
-    without = np.abs(_naive_attention(q, k, v, bf16, plain).astype(np.float64) - ref).max()
+    with_fp8 = np.abs(naive_attention(q, k, v, bf16, plain, intermediate=fp8).astype(np.float64) - ref).max()
+    without = np.abs(naive_attention(q, k, v, bf16, plain).astype(np.float64) - ref).max()
     assert with_fp8 > 2 * without
 
 

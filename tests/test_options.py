@@ -23,14 +23,16 @@ X = rng.standard_normal((4, 8))  # (L, d_model)
 #: Each function, a call of it with any options, and the shared options it takes.
 CALLS = {
     "scaled_dot_product_attention": (lambda **o: ar.scaled_dot_product_attention(Q, K, V, **o), tuple(OPTIONS)),
-    "blockwise_attention": (lambda **o: ar.blockwise_attention(Q, K, V, block_size=2, **o), DETERMINISTIC),
+    "blockwise_attention": (lambda **o: ar.blockwise_attention(Q, K, V, block_size=2, **o),
+                            (*DETERMINISTIC, "normalization")),
     "attention_backward": (lambda **o: ar.attention_backward(Q, K, V, np.ones_like(Q), **o),
                            tuple(name for name in OPTIONS if name not in DESCALES)),
     "decode_step": (lambda **o: ar.decode_step(Q, K, V, ar.KVCache(), **o),
-                    ("window", "scale", "softcap", "alibi_slopes", "sinks", "enable_gqa")),
+                    ("window", "scale", "softcap", "alibi_slopes", "sinks", "enable_gqa", "normalization",
+                     "sigmoid_bias")),
     "multi_head_attention": (lambda **o: ar.multi_head_attention(X, PARAMS, **o),
                              ("mask", "bias", "is_causal", "causal_alignment", "window", "softcap", "alibi_slopes",
-                              "sinks")),
+                              "sinks", "normalization", "sigmoid_bias")),
 }
 
 #: A value each option refuses (with what else it needs to be read), and the error it gives.

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from attention_ref import plot_attention, plot_heads
-from attention_ref.plotting import _text_colour
+from attention_ref.plotting import text_colour
 
 
 @pytest.fixture(autouse=True)
@@ -155,7 +155,7 @@ def test_text_colour_contrasts_with_the_cell():
 )
 def test_text_colour_by_wcag_contrast(background, expected):
     # Relative luminance: black 0, white 1, blue 0.0722, yellow 0.9278 (WCAG 2 coefficients).
-    assert _text_colour(background) == expected
+    assert text_colour(background) == expected
 
 
 def test_title_and_existing_axes():

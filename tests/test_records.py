@@ -53,10 +53,10 @@ def test_at_least_is_checked():
 @pytest.mark.parametrize(("version", "release"), [("2.13.0+cpu", (2, 13, 0)), ("5.23", (5, 23)),
                                                   ("5.0.0rc1", (5, 0, 0)), ("0.10.2", (0, 10, 2))])
 def test_release_numbers(version, release):
-    from attention_ref.records import _release
+    from attention_ref.records import release_numbers
 
-    assert _release(version) == release
-    assert _release("5.9") < _release("5.23")  # compared as numbers, not text
+    assert release_numbers(version) == release
+    assert release_numbers("5.9") < release_numbers("5.23")  # compared as numbers, not text
 
 
 def test_one_missing_framework_of_two_means_recorded():

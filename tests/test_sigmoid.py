@@ -286,9 +286,58 @@ def test_what_needs_the_softmax_refuses_the_sigmoid_by_name():
         ar.attention_backward(Q, K, V, DOUT, normalization="sigmoid", block_size=2)
     with pytest.raises(ValueError, match="lse"):
         ar.attention_backward(Q, K, V, DOUT, normalization="sigmoid", lse=np.zeros((B, H, L)))
-    with pytest.raises(TypeError, match="normalization"):
+    with pytest.raises(ValueError, match="normalization"):
         ar.blockwise_attention(Q, K, V, block_size=2, normalization="sigmoid")
     with pytest.raises(ValueError, match="normalizations"):
         attention_problems(normalizations=("softmax", "relu"))
     with pytest.raises(ValueError, match="normalizations"):
         attention_problems(normalizations="sigmoid")
+
+
+# --- every public function takes normalization="sigmoid" or refuses it by name ----------------------------------
+
+def _sigmoid_reference(q, k, v, **options):
+    return ar.scaled_dot_product_attention(q, k, v, normalization="sigmoid", sigmoid_bias=0.3, **options)
+
+
+def test_decode_step_and_multi_head_attention_take_the_sigmoid():
+    """Each decoding step gives the rows of full causal sigmoid attention over the sequence so far."""
+    cache = ar.KVCache()
+    prompt = ar.decode_step(Q[..., :3, :], K[..., :3, :], V[..., :3, :], cache, normalization="sigmoid",
+                            sigmoid_bias=0.3)
+    step = ar.decode_step(Q[..., 3:4, :], K[..., 3:4, :], V[..., 3:4, :], cache, normalization="sigmoid",
+                          sigmoid_bias=0.3)
+    full = _sigmoid_reference(Q[..., :4, :], K[..., :4, :], V[..., :4, :], is_causal=True)
+    np.testing.assert_allclose(np.concatenate([prompt, step], axis=-2), full, rtol=1e-13, atol=1e-13)
+    softmax = ar.decode_step(Q[..., :3, :], K[..., :3, :], V[..., :3, :], ar.KVCache())
+    assert np.abs(softmax - prompt).max() > 0.01  # the option reached the weights
+
+    params = ar.init_multi_head_params(np.random.default_rng(3), 8, 2)
+    x = np.random.default_rng(4).standard_normal((L, 8))
+    _, w = ar.multi_head_attention(x, params, normalization="sigmoid", is_causal=True, return_weights=True)
+    _, w_softmax = ar.multi_head_attention(x, params, is_causal=True, return_weights=True)
+    with np.errstate(divide="ignore"):
+        scores = np.log(w) - np.log1p(-w) + np.log(L)  # the sigmoid's inverse, its bias -log S undone
+    np.testing.assert_allclose(ar.softmax(scores), w_softmax, rtol=1e-10, atol=1e-15)  # the same scores
+    with pytest.raises(ValueError, match="sigmoid_bias"):
+        ar.multi_head_attention(x, params, sigmoid_bias=0.0)
+
+
+def test_varlen_and_paged_attention_take_the_sigmoid():
+    q, k, v = Q[0], K[0], V[0]  # (H, L, E): one packed sequence of each
+    packed = ar.varlen_attention(q, k, v, np.array([0, L]), np.array([0, S]), normalization="sigmoid",
+                                 sigmoid_bias=0.3)
+    np.testing.assert_allclose(packed, _sigmoid_reference(q, k, v), rtol=1e-13)
+    pages = ar.paged_attention(Q[:1], K[:1], V[:1], np.array([[0]]), np.array([S]), normalization="sigmoid",
+                               sigmoid_bias=0.3)
+    np.testing.assert_allclose(pages, _sigmoid_reference(Q[:1], K[:1], V[:1]), rtol=1e-13)
+
+
+def test_blockwise_attention_refuses_the_sigmoid_by_name_and_says_where_it_is():
+    with pytest.raises(ValueError, match=r"blockwise_attention supports normalization='softmax' only; "
+                                         r"got normalization='sigmoid' \(.*scaled_dot_product_attention"):
+        ar.blockwise_attention(Q, K, V, normalization="sigmoid")
+    with pytest.raises(ValueError, match=r"normalization must be one of 'softmax', 'sigmoid'; got 'relu'"):
+        ar.blockwise_attention(Q, K, V, normalization="relu")
+    np.testing.assert_array_equal(ar.blockwise_attention(Q, K, V, normalization="softmax"),
+                                  ar.blockwise_attention(Q, K, V))

@@ -10,8 +10,8 @@ from plain_options import reference_with_options
 
 import attention_ref as ar
 from attention_ref.testing import assert_attention_close, assert_attention_grads_close, assert_lse_close
-from attention_ref.testing._checks import _EPS, _naive_attention, _naive_backward
-from attention_ref.testing._rule import ATOL_UNITS, ATOL_UNITS_GRAD
+from attention_ref.testing._baseline import naive_attention, naive_backward
+from attention_ref.testing._rule import ATOL_UNITS, ATOL_UNITS_GRAD, EPS
 
 DTYPES = ["float16", "bfloat16", "float32", "float64"]
 
@@ -199,7 +199,7 @@ def test_missing_max_shift_overflows_and_fails():
 
 def test_float16_accumulation_in_a_float32_kernel_fails():
     q, k, v = qkv(10, np.float32, S=300, E=64)
-    half_inside = _naive_attention(q, k, v, np.dtype(np.float16), {}).astype(np.float32)
+    half_inside = naive_attention(q, k, v, np.dtype(np.float16), {}).astype(np.float32)
     m = failure(half_inside, q, k, v)
     assert m["dtype"] == "float32" and float(m["ratio"]) > 100
 
@@ -235,7 +235,7 @@ def controlled(reference, baseline, times, dtype, seed=0):
 
 def assert_the_test_can_tell(reference, base_max, name, units):
     """3x must exceed 2x plus the default atol and the output's rounding; 1.5x must stay under 2x plus atol."""
-    ulp = _EPS[name] * np.abs(reference).max()  # at least half a unit in the last place of any entry
+    ulp = EPS[name] * np.abs(reference).max()  # at least half a unit in the last place of any entry
     atol = units[name] * ulp  # the default
     assert 3 * base_max - ulp / 2 > 2 * base_max + atol, "the baseline's error is too small for this test"
     assert 1.5 * base_max + ulp / 2 <= 2 * base_max + atol
@@ -247,7 +247,7 @@ def test_an_error_three_times_the_baselines_fails_by_default_and_passes_with_fac
     q, k, v = qkv(20, dtype, L=64, S=256, E=32, spread=2.0)
     reference = ar.scaled_dot_product_attention(*(a.astype(np.float64) for a in (q, k, v)))
     # the textbook baseline: its error is many units in the last place, so 3x and 1.5x of it are told apart
-    baseline = _naive_attention(q, k, v, dtype, {}, fused=False)
+    baseline = naive_attention(q, k, v, dtype, {}, fused=False)
     three, base_max = controlled(reference, baseline, 3.0, dtype)
     assert_the_test_can_tell(reference, base_max, name, ATOL_UNITS)
     with pytest.raises(AssertionError, match=r"ratio to the baseline's largest error: [23]"):
@@ -263,7 +263,7 @@ def test_gradients_three_times_the_baselines_error_fail_by_default_and_pass_with
     q, k = ((3.0 * g.standard_normal((2, n, 64))).astype(dtype) for n in (32, 256))
     v, dout = (g.standard_normal((2, n, 16)).astype(dtype) for n in (256, 32))
     reference = ar.attention_backward(*(a.astype(np.float64) for a in (q, k, v, dout)))
-    baseline = _naive_backward(q, k, v, dout, dtype, {}, fused=False)
+    baseline = naive_backward(q, k, v, dout, dtype, {}, fused=False)
     scale = max(np.abs(g).max() for g in reference[:3])  # the gradients' default atol: one scale for all three
     for i, field in enumerate(("dq", "dk", "dv")):
         ref, base = getattr(reference, field), getattr(baseline, field)
@@ -288,7 +288,7 @@ def test_gradients_three_times_the_baselines_error_fail_by_default_and_pass_with
 def test_the_float64_baseline_is_the_reference_formula(reference_attention, options):
     """In float64 nothing is rounded beyond float64: the baseline is the formula, here the independent one."""
     q, k, v = qkv(13, np.float64, H=4, Hkv=2 if options.get("enable_gqa") else 4)
-    baseline = _naive_attention(q, k, v, np.dtype(np.float64), options)
+    baseline = naive_attention(q, k, v, np.dtype(np.float64), options)
     expected, _, _ = reference_with_options(reference_attention, q, k, v, **options)
     assert baseline.dtype == np.float64
     np.testing.assert_allclose(baseline, expected, rtol=0, atol=1e-13)
@@ -298,7 +298,7 @@ def test_the_float64_baseline_is_the_reference_formula(reference_attention, opti
 def test_the_low_precision_baseline_rounds_every_step(name):
     dtype = as_dtype(name)
     q, k, v = qkv(14, dtype)
-    baseline = _naive_attention(q, k, v, dtype, {"is_causal": True})
+    baseline = naive_attention(q, k, v, dtype, {"is_causal": True})
     assert baseline.dtype == dtype
     reference = ar.scaled_dot_product_attention(*(a.astype(np.float64) for a in (q, k, v)), is_causal=True)
     ours = ar.scaled_dot_product_attention(q, k, v, is_causal=True)  # float32 inside, rounded once
@@ -386,7 +386,7 @@ NEW_OPTIONS = [
 @pytest.mark.parametrize("options", NEW_OPTIONS, ids=lambda o: "-".join(o))
 def test_the_float64_baseline_honours_the_new_options(reference_attention, options):
     q, k, v = qkv(16, np.float64, spread=2.0)
-    baseline = _naive_attention(q, k, v, np.dtype(np.float64), options)
+    baseline = naive_attention(q, k, v, np.dtype(np.float64), options)
     expected, _, _ = reference_with_options(reference_attention, q, k, v, **options)  # plain NumPy, no attention_ref
     np.testing.assert_allclose(baseline, expected, rtol=0, atol=1e-13)
 
@@ -480,7 +480,7 @@ def test_the_naive_float64_backward_is_the_gradient():
     q, k, v, dout, options = grad_problem(np.float64, GRAD_OPTIONS[2])
     q, k, v, dout = (a[:1, :, :4, :3] if a.ndim == 4 else a for a in (q, k, v, dout))
     options["bias"] = options["bias"][..., :k.shape[-2]]
-    baseline = _naive_backward(q, k, v, dout, np.dtype(np.float64), options)
+    baseline = naive_backward(q, k, v, dout, np.dtype(np.float64), options)
     expected = numeric_grads(q, k, v, dout, options)
     for field, want in expected.items():
         np.testing.assert_allclose(getattr(baseline, field), want, rtol=0, atol=1e-7 * np.abs(want).max(),
@@ -681,11 +681,11 @@ def test_few_output_elements_get_a_floor_a_correct_float32_kernel_does_not_reach
     kernel[0, 4, 2, 0] = reference[0, 4, 2, 0] + 1.2e-7  # torch's float32 SDPA was 1.2e-7 off there
     assert_attention_close(kernel, q, k, v, **options)
     # without the floor (an atol given keeps it as given) the bound is the baseline's few elements': a false alarm
-    default_atol = ATOL_UNITS["float32"] * _EPS["float32"] * float(np.abs(reference).max())
+    default_atol = ATOL_UNITS["float32"] * EPS["float32"] * float(np.abs(reference).max())
     with pytest.raises(AssertionError, match=r"= 2 \* \S+ \+ \S+ = 1\.\d+e-07\n"):
         assert_attention_close(kernel, q, k, v, atol=default_atol, **options)
     # an error one and a half floors wide still fails, and the report's bound is the floor
-    floor = _EPS["float32"] * float(np.abs(v).max())
+    floor = EPS["float32"] * float(np.abs(v).max())
     kernel[0, 4, 2, 0] = reference[0, 4, 2, 0] + 1.5 * floor
     with pytest.raises(AssertionError) as info:
         assert_attention_close(kernel, q, k, v, **options)

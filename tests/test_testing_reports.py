@@ -78,11 +78,11 @@ def output_widened():
 
 
 def output_textbook_hint():
-    from attention_ref.testing._baseline import _naive_attention
+    from attention_ref.testing._baseline import naive_attention
     q, k, v = qkv(3, BF16, L=130, S=130)
     q, k = (a.astype(np.float32) * 4 for a in (q, k))
     q, k = q.astype(BF16), k.astype(BF16)
-    assert_attention_close(_naive_attention(q, k, v, BF16, {}, fused=False), q, k, v)
+    assert_attention_close(naive_attention(q, k, v, BF16, {}, fused=False), q, k, v)
 
 
 def output_float64_wrong_scale():

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 import attention_ref as ar
+from attention_ref._attention_problem import prepare_attention, problem_scores
 from attention_ref.testing import assert_attention_close, assert_attention_grads_close
-from attention_ref.testing._baseline import _naive_attention, _naive_backward
+from attention_ref.testing._baseline import naive_attention, naive_backward
 from attention_ref.testing._problem import Problem
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
@@ -60,14 +61,14 @@ def test_forward_is_the_whole_array_computation(name, L):
     want, want_lse = ar.scaled_dot_product_attention(*wide, return_lse=True, **options)
     np.testing.assert_allclose(reference, want, rtol=0, atol=1e-13)
     np.testing.assert_allclose(lse, want_lse, rtol=0, atol=1e-12)
-    whole = _naive_attention(q, k, v, BF16, options).astype(np.float32)
+    whole = naive_attention(q, k, v, BF16, options).astype(np.float32)
     if L == 96:  # one task: the same products, the same numbers
         np.testing.assert_array_equal(naive.astype(np.float32), whole)
     else:  # BLAS on one thread may round a product otherwise: at most a rounding of bfloat16 apart
         assert np.max(np.abs(naive.astype(np.float32) - whole)) <= 2.0**-7 * np.max(np.abs(whole))
         assert np.mean(naive.astype(np.float32) == whole) > 0.99
     plain = {key: value for key, value in options.items() if not key.startswith("dropout")}
-    scores = ar.attention._scores(ar.attention.prepare_attention(*wide, **plain))
+    scores = problem_scores(prepare_attention(*wide, **plain))
     largest = max(1.0, float(np.max(np.abs(scores[np.isfinite(scores)]))))
     assert check.score_magnitude() == pytest.approx(largest, rel=1e-12)
 
@@ -88,7 +89,7 @@ def test_gradients_are_the_whole_array_computation(name, L):
         if expected is None:
             continue
         np.testing.assert_allclose(got, expected, rtol=0, atol=1e-12 * max(1.0, np.max(np.abs(expected))))
-    whole = _naive_backward(q, k, v, dout, np.dtype(np.float16), options)
+    whole = naive_backward(q, k, v, dout, np.dtype(np.float16), options)
     for field in ("dq", "dk", "dv", "dbias", "dsinks"):
         got, expected = getattr(baselines[np.dtype(np.float16)], field), getattr(whole, field)
         if expected is None:

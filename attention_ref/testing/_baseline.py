@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._attention_problem import prepare_attention
 from .._validation import as_real_array
-from ..attention import prepare_attention
 from ..backward import AttentionGrads, finish_grads
-from ..flex import _tile_mask, _tile_score
+from ..flex import tile_mask, tile_score
 
 __all__: list[str] = []  # private module
 
@@ -65,7 +65,7 @@ def _naive_softmax(s, sinks, rnd, work):
     return weights, sink_weight, lse
 
 
-def _naive_forward(q, k, v, dtype: np.dtype, options: dict, intermediate=None, fused=True):
+def naive_forward_arrays(q, k, v, dtype: np.dtype, options: dict, intermediate=None, fused=True):
     """The naive forward in `dtype`: ``(p, weights, capped, sink_weight, out, lse, kept, exact_weights)``.
 
     The steps are rounded as `_rounding` says (`fused`: the scores and the softmax in float32).
@@ -94,7 +94,7 @@ def naive_extra(p, dtype: np.dtype) -> np.ndarray | None:
 
 
 def naive_forward_of(p, dtype: np.dtype, intermediate=None, fused=True, extra=False):
-    """`_naive_forward` of the prepared problem `p` (one (batch, head) of it, or all); `extra`: its
+    """`naive_forward_arrays` of the prepared problem `p` (one (batch, head) of it, or all); `extra`: its
     `naive_extra` when the caller has it (False: computed here)."""
     rnd, inner, work = _rounding(dtype, fused)
     sinks = p.sinks
@@ -111,8 +111,8 @@ def naive_forward_of(p, dtype: np.dtype, intermediate=None, fused=True, extra=Fa
             s = inner(s + extra)
         if sinks is not None:
             sinks = rnd(np.asarray(sinks).astype(work))[..., None, None]
-        if p.sigmoid is not None:  # sigmoid(s + b), each step rounded as the scores are; no log-sum-exp
-            exact, sink_weight, lse = p.sigmoid.weights(s, inner), None, None
+        if p.normalization is not None:  # elementwise (the sigmoid), each step rounded as the scores; no lse
+            exact, sink_weight, lse = p.normalization.weights(s, inner), None, None
         else:
             exact, sink_weight, lse = _naive_softmax(s, sinks, inner, work)
         weights = rnd(exact)
@@ -125,13 +125,13 @@ def naive_forward_of(p, dtype: np.dtype, intermediate=None, fused=True, extra=Fa
     return p, weights, capped, sink_weight, out, lse, kept, exact
 
 
-def _naive_attention(q, k, v, dtype: np.dtype, options: dict, intermediate=None, fused=True) -> np.ndarray:
+def naive_attention(q, k, v, dtype: np.dtype, options: dict, intermediate=None, fused=True) -> np.ndarray:
     """The naive formula in `dtype`, fused or textbook (the baseline; see assert_attention_close)."""
-    p, _, _, _, out, _, _, _ = _naive_forward(q, k, v, dtype, options, intermediate, fused)
+    p, _, _, _, out, _, _, _ = naive_forward_arrays(q, k, v, dtype, options, intermediate, fused)
     return np.broadcast_to(out, p.out_shape).astype(dtype)
 
 
-def _naive_backward(q, k, v, dout, dtype: np.dtype, options: dict, fused=True) -> AttentionGrads:
+def naive_backward(q, k, v, dout, dtype: np.dtype, options: dict, fused=True) -> AttentionGrads:
     """The naive backward in `dtype`, fused or textbook (the baseline of assert_attention_grads_close).
 
     Fused, as FlashAttention-2's backward: ``dV = P^T dO`` with the rounded weights, ``dP``, ``D`` and
@@ -143,7 +143,7 @@ def _naive_backward(q, k, v, dout, dtype: np.dtype, options: dict, fused=True) -
 
 
 def naive_backward_of(p, dout, dtype: np.dtype, fused=True, extra=False, dbias=True):
-    """``(dq, dk, dv, dbias, dsinks)`` of `_naive_backward` for the prepared problem `p`, before they are
+    """``(dq, dk, dv, dbias, dsinks)`` of `naive_backward` for the prepared problem `p`, before they are
     summed to the inputs' shapes (`attention_ref.backward.finish_grads`); `extra` as `naive_forward_of`.
     ``dbias`` is None without a bias, or when not asked for (`dbias` False)."""
     rnd, inner, work = _rounding(dtype, fused)
@@ -156,8 +156,8 @@ def naive_backward_of(p, dout, dtype: np.dtype, fused=True, extra=False, dbias=T
         if kept is not None:
             dp = inner(dp * kept)  # the gradient reaching the weights before dropout
         delta = inner(np.sum(inner(do * out), axis=-1))  # (..., L)
-        if p.sigmoid is not None:
-            dx = p.sigmoid.score_grad(exact, dp, inner)  # P (1 - P) dP: the bias's gradient
+        if p.normalization is not None:
+            dx = p.normalization.score_grad(exact, dp, inner)  # the sigmoid's P (1 - P) dP: the bias's gradient
         else:
             dx = inner(exact * inner(dp - delta[..., None]))  # the bias's gradient
         ds = dx if capped is None else inner(dx * inner(1 - inner(capped * capped)))
@@ -173,35 +173,48 @@ class NaiveFlex:
 
     ``raw`` are the scaled scores before ``score_mod`` (B, Hq, L, S), ``weights`` the softmax, ``out``
     (B, Hq, L, Ev) and ``lse`` (B, Hq, L); ``keys`` and ``values`` hold the key/value heads repeated for
-    each query head. The mods are evaluated once on the whole score matrix, in the working dtype.
+    each query head. The mods are evaluated once on the whole score matrix, in the working dtype. With
+    `unit` ``(b, h)`` the problem is that one batch entry and query head alone (B = Hq = 1, with its key/value
+    head), the mods given ``b`` and ``h``: the same numbers, in memory that does not grow with the batch.
     """
 
-    def __init__(self, q, k, v, dtype: np.dtype, flex, fused=True):
+    def __init__(self, q, k, v, dtype: np.dtype, flex, fused=True, unit=None):
         rnd, inner, work = _rounding(dtype, fused)
         self.rnd, self.inner, self.work, self.flex = rnd, inner, work, flex
-        q, k, v = (as_real_array(a, name).astype(dtype) for a, name in ((q, "q"), (k, "k"), (v, "v")))
+        q, k, v = (as_real_array(a, name) for a, name in ((q, "q"), (k, "k"), (v, "v")))
+        batch, heads = np.arange(q.shape[0]), np.arange(q.shape[1])
+        self.where = "on the whole score matrix"
+        if unit is not None:
+            b, h = unit
+            kv = slice(h // (q.shape[1] // k.shape[1]), h // (q.shape[1] // k.shape[1]) + 1)
+            kb = slice(b, b + 1) if k.shape[0] > 1 else slice(0, 1)
+            q, k, v = q[b:b + 1, h:h + 1], k[kb, kv], v[kb, kv]
+            batch, heads = np.array([b]), np.array([h])
+            self.where = f"on the score matrix of batch {b}, head {h}"
+        q, k, v = (a.astype(dtype) for a in (q, k, v))
         B, H, L, S = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
         group = H // k.shape[1] if k.shape[1] else 1
         self.q, self.k, self.v = q, k, v
         self.keys, self.values = (np.repeat(a, group, axis=1).astype(work) for a in (k, v))  # (B|1, Hq, S, .)
-        self.index = (np.arange(B).reshape(-1, 1, 1, 1), np.arange(H).reshape(1, -1, 1, 1),
+        self.index = (batch.reshape(-1, 1, 1, 1), heads.reshape(1, -1, 1, 1),
                       np.arange(L).reshape(1, 1, -1, 1), np.arange(S).reshape(1, 1, 1, -1))
-        self.shape, self.where = (B, H, L, S), "on the whole score matrix"
+        self.shape = (B, H, L, S)
         with np.errstate(invalid="ignore", over="ignore"):  # overflow to inf and NaN are the baseline's own
             s = inner(q.astype(work) @ np.swapaxes(self.keys, -1, -2))  # (B, Hq, L, S)
             self.raw = inner(s * work.type(flex.scale))
             x = self.raw
             if flex.score_mod is not None:
-                x = inner(_tile_score(flex.score_mod, self.raw.copy(), self.index, self.where).astype(work))
+                x = inner(tile_score(flex.score_mod, self.raw.copy(), self.index, self.where).astype(work))
             if flex.mask_mod is not None:
-                x = np.where(_tile_mask(flex.mask_mod, self.index, self.shape, self.where), x, -np.inf)
+                x = np.where(tile_mask(flex.mask_mod, self.index, self.shape, self.where), x, -np.inf)
             self.scores = x  # what the softmax sees
             self.exact, _, self.lse = _naive_softmax(x, None, inner, work)
             self.weights = rnd(self.exact)  # what multiplies the values
             self.out = rnd(self.weights @ self.values)  # (B, Hq, L, Ev)
 
-    def backward(self, dout) -> AttentionGrads:
-        """The textbook backward of this problem in its dtype: ``(dq, dk, dv, None, None)``."""
+    def query_head_grads(self, dout) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(dq, dk, dv)`` of the textbook backward in the working dtype, dk and dv per query head
+        (B, Hq, S, .), before they are summed to the key/value heads."""
         rnd, inner, work = self.rnd, self.inner, self.work
         do = rnd(as_real_array(dout, "dout").astype(work))
         scale = work.type(self.flex.scale)
@@ -216,6 +229,11 @@ class NaiveFlex:
             ds = rnd(ds)  # the operand of the two products
             dq = rnd(rnd(ds @ self.keys) * scale)
             dk = rnd(rnd(np.swapaxes(ds, -1, -2) @ self.q.astype(work)) * scale)  # (B, Hq, S, E)
+        return dq, dk, dv
+
+    def backward(self, dout) -> AttentionGrads:
+        """The textbook backward of this problem in its dtype: ``(dq, dk, dv, None, None)``."""
+        dq, dk, dv = self.query_head_grads(dout)
 
         def to_kv(grad, like):
             """(B, Hq, S, .) -> the shape of `like` (B|1, Hkv, S, .): summed over groups and a shared batch."""

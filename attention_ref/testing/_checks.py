@@ -6,9 +6,7 @@ import numpy as np
 
 from .._interop import to_numpy
 from .._validation import as_real_array
-from ..backward import AttentionGrads, _sum_groups, _sum_to
-from ..sigmoid import refuse_sigmoid
-from ._baseline import _naive_attention, _naive_backward  # noqa: F401  (the tests read the baselines here)
+from ..backward import AttentionGrads, sum_groups, sum_to
 from ._layout import check_layout, heads_first, noted
 from ._problem import Problem, check_empty_rows, empty_expected, is_fused, output_array
 from ._rule import (
@@ -21,7 +19,6 @@ from ._rule import (
     textbook_hint,
     widened_hint,
 )
-from ._rule import EPS as _EPS  # noqa: F401  (the tests read the machine epsilons here)
 
 __all__ = ["assert_attention_close", "assert_attention_grads_close", "assert_lse_close"]
 
@@ -479,8 +476,8 @@ def assert_lse_close(actual_lse, q, k, v, *, base="e", empty=-np.inf, factor=2.0
     layout = check_layout(layout)
     with noted(q, k, layout):
         q, k, v = heads_first(layout, q=q, k=k, v=v)
-        refuse_sigmoid(options.get("normalization", "softmax"), "assert_lse_close")  # sigmoid: no log-sum-exp
         check = Problem(q, k, v, options, "assert_lse_close")
+        check.variant.require_lse("assert_lse_close")  # the sigmoid has no log-sum-exp
         actual = output_array(actual_lse, "actual_lse")
         if base not in _LOG_BASES:
             raise ValueError(f'base must be "e" or 2; got {base!r}')
@@ -758,5 +755,5 @@ def _empty_grads(field: str, want, baseline, empty, empty_rows: str, check: Prob
 def _reduce_to(values: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     """`values` (..., Hq, ...) summed to `shape`: over broadcast axes, and over grouped query heads on axis -3."""
     if values.ndim >= 3 and len(shape) >= 3 and values.shape[-3] != shape[-3] and shape[-3] > 1:
-        values = _sum_groups(values, shape[-3])
-    return _sum_to(values, shape)
+        values = sum_groups(values, shape[-3])
+    return sum_to(values, shape)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .._interop import to_numpy
-from ..paged import _gather, prepare_paged
+from ..paged import gather_pages, prepare_paged
 from ..varlen import sequence_options
 from ._checks import output_failure
 from ._problem import Problem
@@ -108,7 +108,7 @@ def assert_paged_attention_close(actual, q, k_pages, v_pages, block_table, kv_le
                          f"got {actual.shape}")
     failures = []
     for b, (index, pages, length) in enumerate(zip(rows, used, lens, strict=True)):
-        k_b, v_b = _gather(k_pages, pages, int(length)), _gather(v_pages, pages, int(length))
+        k_b, v_b = gather_pages(k_pages, pages, int(length)), gather_pages(v_pages, pages, int(length))
         check = Problem(q[index], k_b, v_b, sequence_options(options, b), "assert_paged_attention_close")
         failures.append(output_failure(actual[index], check, factor=factor, atol=atol, dtype=dtype,
                                        empty_rows=empty_rows, baseline=baseline, what=f"sequence {b}: ",

@@ -1,50 +1,27 @@
-"""What a checker was told the kernel computed: its inputs as NumPy arrays, its options, and the reference.
+"""What a checker was told the kernel computed: its inputs as NumPy arrays, its options and its variant.
 
 A `Problem` holds the kernel's inputs exactly as given (torch, JAX, CuPy arrays converted by `to_numpy`, in
-their own dtypes, fp8 included), float64 copies of what they stand for (fp8 dequantized), and either the
-options of `attention_ref.scaled_dot_product_attention` or a FlexAttention description (``score_mod``,
-``mask_mod``, ``block_mask``). It computes the float64 reference, the naive baseline in a dtype, and the rows
-with no allowed key together with what each empty-row convention (``empty_rows=``) expects there.
+their own dtypes, fp8 included), float64 copies of what they stand for (fp8 dequantized), the options, and
+the *variant* those describe (`._variants`: the softmax with the options of
+`attention_ref.scaled_dot_product_attention`, the sigmoid, or a FlexAttention description), chosen once.
+The variant computes the float64 reference, the naive baseline in a dtype and the scores; the `Problem`
+keeps the bookkeeping that does not depend on it, with no branch per variant: what the empty-row
+conventions (``empty_rows=``) expect, the memory estimate before a whole-array computation, the largest
+score, the grouped heads.
 
 The checkers ask for everything one check needs at once (`Problem.forward`, `Problem.lse_pass`,
-`Problem.grads_pass`), computed one (batch, head) at a time by `._tiles`. A FlexAttention variant, a float64
-kernel (whose baseline's error is the reference's last bits) and non-finite input are computed on whole
-arrays, as the methods ``reference*`` and ``naive_*`` do.
+`Problem.grads_pass`): by tiles (`._tiles`, one (batch, head) at a time) where the variant has them, else
+on whole arrays.
 """
-
 from __future__ import annotations
-
-import dataclasses
-import threading
 
 import numpy as np
 
 from .._interop import to_numpy
-from .._options import DROPOUT, NORMALIZATION, OPTIONS
 from .._validation import as_real_array, is_fp8, result_dtype
-from ..attention import _scores, prepare_attention, scaled_dot_product_attention
-from ..backward import AttentionGrads, _checked, attention_backward, finish_grads
-from ..flex import (
-    _autograd_derivative,
-    _score_mod_derivative,
-    block_mask_to_dense,
-    flex_attention,
-    flex_attention_backward,
-)
-from ..fp8 import dequantize_inputs, fp8_output_dtype
-from ._baseline import NaiveFlex, _naive_attention, _naive_backward, _naive_forward, naive_backward_of, naive_problem
-from ._tiles import (
-    NotTiled,
-    add_bias_grad,
-    at,
-    fits,
-    naive_forward,
-    reference,
-    run,
-    shared_extra,
-    unit_problem,
-    units,
-)
+from ..fp8 import fp8_output_dtype
+from ._tiles import fits
+from ._variants import FLEX, choose_variant
 
 __all__: list[str] = []  # private module
 
@@ -53,10 +30,6 @@ __all__: list[str] = []  # private module
 _NOT_OPTIONS = ("return_weights", "dropout_p", "rng")
 #: Options that hold arrays: converted to NumPy with the arrays (torch tensors and the like).
 _ARRAY_OPTIONS = ("mask", "bias", "sinks", "alibi_slopes", "dropout_mask", "q_descale", "k_descale", "v_descale")
-#: The FlexAttention description a checker may take instead of (most of) the options.
-_FLEX = ("score_mod", "mask_mod", "block_mask", "score_mod_grad")
-#: The options that go with a FlexAttention description, as `attention_ref.flex_attention` takes them.
-_FLEX_OPTIONS = ("scale", "enable_gqa")
 #: What a kernel may return for a row with no allowed key: the package's zeros, the mean of the values
 #: (JAX, Hugging Face eager), NaN (PyTorch's math path, nn.MultiheadAttention), or anything (not checked).
 EMPTY_ROWS = ("zeros", "mean", "nan", "any")
@@ -105,107 +78,24 @@ def output_array(actual, name: str = "actual") -> np.ndarray:
     return arr
 
 
-def _dequantized(q, k, v, options: dict):
-    """``(q, k, v, options, fp8)``: float64 copies of what the kernel's inputs stand for, and the rest.
-
-    fp8 arrays are dequantized by their descales (exactly, in float64) and the descales leave the options;
-    ``fp8`` is the fp8 dtype of the input (None when no array is fp8).
-    """
-    options = dict(options)
-    fp8 = next((a.dtype for a in (q, k, v) if is_fp8(getattr(a, "dtype", None))), None)
-    arrays = [to_numpy(a, name).astype(np.float64) if is_fp8(getattr(a, "dtype", None))
-              else as_real_array(a, name).astype(np.float64) for a, name in ((q, "q"), (k, "k"), (v, "v"))]
-    q64, k64, v64, _ = dequantize_inputs(arrays[0], arrays[1], arrays[2], options)
-    return q64, k64, v64, options, fp8
-
-
-class _Flex:
-    """A FlexAttention description: the mods (a block mask's as a mask_mod), the scale and grouped heads."""
-
-    def __init__(self, given: dict, options: dict, q: np.ndarray, k: np.ndarray, function: str):
-        others = sorted(name for name, value in options.items()
-                        if name not in _FLEX_OPTIONS and not _is_default(name, value))
-        if others:
-            raise TypeError(f"{function} takes score_mod, mask_mod and block_mask with scale and enable_gqa only, "
-                            f"as flex_attention does; got also {', '.join(others)} (write them as mods)")
-        self.score_mod, self.mask_mod = given.get("score_mod"), given.get("mask_mod")
-        block_mask = given.get("block_mask")
-        if block_mask is not None:
-            if self.mask_mod is not None:
-                raise ValueError("give mask_mod or block_mask, not both: a block mask carries its own mask_mod")
-            self.mask_mod = _dense_mask_mod(block_mask, q.shape[-2], k.shape[-2])
-        E = q.shape[-1]
-        scale = options.get("scale")
-        self.scale = float(scale) if scale is not None else (1.0 / np.sqrt(E) if E else 1.0)
-        self.enable_gqa = bool(options.get("enable_gqa", False))
-        self.given_grad = given.get("score_mod_grad")
-        self._derivative = None
-
-    def derivative(self, *args):
-        """``score_mod``'s derivative with respect to the score, elementwise (needed by the backward only)."""
-        if self._derivative is None:
-            self._derivative = score_mod_derivative(self.score_mod, self.given_grad)
-        return self._derivative(*args)
-
-    def keywords(self) -> dict:
-        return {"scale": self.scale, "enable_gqa": self.enable_gqa}
-
-
-def score_mod_derivative(score_mod, given):
-    """``score_mod``'s derivative with respect to the score, chosen as `attention_ref.flex_attention_backward`
-    chooses it (`attention_ref.flex._score_mod_derivative`), torch's autograd wrapped as a function."""
-    probe = (np.zeros((1, 1, 1, 1)), *(np.zeros((1, 1, 1, 1), np.int64) for _ in range(4))), "on a probe of one score"
-    derivative = _score_mod_derivative(score_mod, given, probe)
-    return _autograd_derivative(score_mod) if derivative is None else derivative
-
-
-def _is_default(name: str, value) -> bool:
-    default = OPTIONS.get(name, None)
-    return value is None or (default is not None and isinstance(value, type(default)) and value == default)
-
-
-def _dense_mask_mod(block_mask, L: int, S: int):
-    """A mask_mod reading the dense mask a block mask (torch's BlockMask, or a dict of keywords) stands for."""
-    try:
-        dense = block_mask_to_dense(**block_mask) if isinstance(block_mask, dict) else block_mask_to_dense(block_mask)
-    except TypeError as exc:
-        raise TypeError(f"block_mask must be torch's BlockMask or a dict of block_mask_to_dense's keywords; "
-                        f"got {type(block_mask).__name__} ({exc})") from None
-    if dense.shape[-2:] != (L, S):
-        raise ValueError(f"block_mask describes sequence lengths (L, S) = {dense.shape[-2:]}, but q and k have "
-                         f"({L}, {S})")
-    many_b, many_h = dense.shape[0] > 1, dense.shape[1] > 1
-
-    def block_mask_mod(b, h, q_idx, kv_idx):
-        return dense[b * many_b, h * many_h, q_idx, kv_idx]
-
-    return block_mask_mod
-
-
 class Problem:
-    """The kernel's inputs and options, checked and converted; see the module docstring."""
+    """The kernel's inputs and options, checked and converted, and the variant they describe; see the module
+    docstring. It keeps the bookkeeping a check needs whatever the variant: the memory estimate before the
+    whole-array computation, the largest score, grouped heads and the dtype of the scores."""
 
     def __init__(self, q, k, v, options: dict, function: str):
         options = dict(options)
         _check_deterministic(options, function)
-        given = {name: options.pop(name) for name in _FLEX if name in options}
+        given = {name: options.pop(name) for name in FLEX if name in options}
         for name in _ARRAY_OPTIONS:
             if options.get(name) is not None:
                 options[name] = to_numpy(options[name], name)
         self.q, self.k, self.v = (to_numpy(a, name) for a, name in ((q, "q"), (k, "k"), (v, "v")))
         self.options = options
-        #: Sigmoid attention (`attention_ref.sigmoid`), computed on whole arrays.
-        self.sigmoid = options.get("normalization", "softmax") == "sigmoid"
-        self.flex = None
         self._magnitude: float | None = None
-        self._prepared_cache: dict = {}
-        if any(value is not None for value in given.values()):
-            self.flex = _Flex(given, options, self.q, self.k, function)
-            self.q64, self.k64, self.v64 = (as_real_array(a, n).astype(np.float64) for a, n in
-                                            ((self.q, "q"), (self.k, "k"), (self.v, "v")))
-            self.plain, self.fp8 = {}, None
-        else:
-            self.q64, self.k64, self.v64, self.plain, self.fp8 = _dequantized(self.q, self.k, self.v, options)
+        #: What the inputs are attention of: its reference, baseline, scores and empty rows (`._variants`).
+        self.variant = choose_variant(given, options, self.q, self.k, self.v, function)
+        self.q64, self.k64, self.v64 = self.variant.wide
 
     @property
     def inputs(self) -> tuple[np.ndarray, ...]:
@@ -214,8 +104,7 @@ class Problem:
     def kv_groups(self) -> int:
         """Query heads per key/value head under grouped-query attention (``enable_gqa`` with fewer key/value
         heads than query heads), else 1: the report names each query head's key/value head."""
-        gqa = self.flex.enable_gqa if self.flex is not None else bool(self.options.get("enable_gqa", False))
-        if not gqa or self.q.ndim < 3 or self.k.ndim < 3:
+        if not self.variant.enable_gqa or self.q.ndim < 3 or self.k.ndim < 3:
             return 1
         hq, hkv = self.q.shape[-3], self.k.shape[-3]
         return hq // hkv if 0 < hkv < hq else 1
@@ -226,264 +115,74 @@ class Problem:
                 for a, n in ((self.q, "q"), (self.k, "k")))
         return result_dtype(np.zeros(0, q), np.zeros(0, k))[0]
 
-    # --- the float64 reference ----------------------------------------------------------------------
-
-    def reference(self, lse: bool = False):
-        """The float64 output (..., L, Ev), and with `lse` the log-sum-exp (..., L) too."""
-        if self.flex is not None:
-            out, row_lse = flex_attention(self.q64, self.k64, self.v64, self.flex.score_mod, self.flex.mask_mod,
-                                          return_lse=True, **self.flex.keywords())
-            return (out, row_lse) if lse else out
-        if lse and self.sigmoid:
-            return scaled_dot_product_attention(self.q64, self.k64, self.v64, **self.plain), self.reference_lse()
-        return scaled_dot_product_attention(self.q64, self.k64, self.v64, return_lse=lse, **self.plain)
-
-    def reference_lse(self) -> np.ndarray:
-        """The float64 log-sum-exp (..., L) of the scores, before any dropout; ``-inf`` marks a row with no
-        allowed key (the sigmoid has none of its own, so this serves its checks to find those rows)."""
-        if self.flex is not None:
-            return self.reference(lse=True)[1]
-        plain = {name: value for name, value in self.plain.items() if name not in DROPOUT + NORMALIZATION}
-        return scaled_dot_product_attention(self.q64, self.k64, self.v64, return_lse=True, **plain)[1]
-
-    def reference_grads(self, dout64: np.ndarray) -> AttentionGrads:
-        if self.flex is not None:
-            return flex_attention_backward(self.q64, self.k64, self.v64, dout64, self.flex.score_mod,
-                                           self.flex.mask_mod, score_mod_grad=self.flex.derivative,
-                                           **self.flex.keywords())
-        wide = {name: as_real_array(self.options[name], name).astype(np.float64) for name in ("bias", "sinks")
-                if self.options.get(name) is not None}
-        return attention_backward(self.q64, self.k64, self.v64, dout64, **{**self.options, **wide})
-
-    # --- by tiles: the reference and the baseline together, one (batch, head) at a time --------------
-
-    def _prepared(self, function, options: dict, dtype):
-        """The float64 `AttentionProblem` of the check, or None where it runs on whole arrays (a FlexAttention
-        variant, non-finite input, a float64 kernel: its baseline's error is the reference's last bits).
-
-        Its options are checked as `function` (`scaled_dot_product_attention` or `attention_backward`, which
-        the whole-array computation calls) checks them, with the same errors."""
-        for name in options:
-            if name not in function.options:
-                raise TypeError(f"{function.__name__}() got an unexpected keyword argument {name!r}")
-        if self.flex is not None or np.dtype(dtype) == np.float64 or self.sigmoid:
-            return None  # the sigmoid too: the tiles' reference is the online softmax
-        key = (function.__name__, tuple(options))
-        if key not in self._prepared_cache:
-            p = prepare_attention(self.q64, self.k64, self.v64, **options)
-            finite = all(np.isfinite(a).all() for a in (p.q, p.k, p.v)) and all(
-                np.all(a < np.inf) for a in (p.bias, p.sinks, p.alibi_slopes) if a is not None)  # -inf: masking
-            self._prepared_cache[key] = p if finite else None
-        return self._prepared_cache[key]
+    def remember_magnitude(self, largest: float) -> None:
+        """Keep the largest score magnitude a tiled pass found (`score_magnitude` then needs no more work)."""
+        self._magnitude = largest
 
     def _whole(self) -> None:
         """Before the whole-array computation: a ValueError if its (..., L, S) arrays cannot fit in memory."""
-        n_units = max(int(np.prod(self.q.shape[:-2])), int(np.prod(self.k.shape[:-2])))
+        n_units = 1 if self.variant.one_unit_at_a_time else max(int(np.prod(self.q.shape[:-2])),
+                                                                int(np.prod(self.k.shape[:-2])))
         fits(self.q.shape[-2], self.k.shape[-2], n_units, 8)
 
-    def output_shape(self, dtype) -> tuple[int, ...] | None:
-        """The shape of the attention output, known before any work (None for a FlexAttention variant)."""
-        p = self._prepared(scaled_dot_product_attention, self.plain, np.float32)
-        return None if p is None else p.out_shape
+    # --- what a check asks for: by tiles where the variant has them, else on whole arrays ------------
 
-    def _naive_of(self, dtype, options: dict, wide: bool):
-        """The baseline's prepared problem: the inputs as given (or, `wide`, their float64 values) in `dtype`."""
-        if wide:
-            return naive_problem(self.q64, self.k64, self.v64, dtype, options)
-        return naive_problem(self.q, self.k, self.v, dtype, options)
+    def output_shape(self, dtype) -> tuple[int, ...] | None:
+        """The shape of the attention output, known before any work (None where the variant cannot say)."""
+        return self.variant.output_shape(self)
 
     def forward(self, dtype, fused: bool, *, magnitude: bool = False, progress: bool = False):
         """``(reference, lse, naive)``: the float64 output and log-sum-exp and the baseline's output in `dtype`."""
-        p = self._prepared(scaled_dot_product_attention, self.plain, dtype)
-        if p is not None:
-            try:
-                return self._forward_tiles(p, dtype, fused, magnitude, progress)
-            except NotTiled:
-                pass
+        tiled = self.variant.forward_tiles(self, dtype, fused, magnitude, progress)
+        if tiled is not None:
+            return tiled
         self._whole()
-        ref, lse = self.reference(lse=True)
-        return ref, lse, np.broadcast_to(self.naive_output(dtype, fused), ref.shape)
-
-    def _forward_tiles(self, p, dtype, fused, magnitude, progress, naive=True):
-        fp8 = self.fp8 is not None
-        naive_p = self._naive_of(dtype, self.plain if fp8 else self.options, fp8) if naive else None
-        extra = shared_extra(naive_p, dtype) if naive else None
-        ref, lse = np.empty(p.out_shape), np.empty(p.out_shape[:-1])
-        out = np.empty(p.out_shape, dtype) if naive else None
-        largest = [1.0]
-        tasks, threads, done = units(p, progress)
-
-        def task(idx):
-            r = reference(unit_problem(p, idx), magnitude=magnitude, one_blas_thread=idx is None)
-            ref[at(idx)], lse[at(idx)] = r.out, r.lse
-            largest.append(r.magnitude)
-            if naive:
-                out[at(idx)] = naive_forward(unit_problem(naive_p, idx), dtype, fused, self.fp8, extra)[0]
-
-        run(tasks, threads, task, done)
-        if magnitude:
-            self._magnitude = max(largest)
-        return ref, lse, out
+        ref, lse = self.variant.reference(self, lse=True)
+        return ref, lse, np.broadcast_to(self.variant.naive_output(self, dtype, fused), ref.shape)
 
     def naive_output_tiles(self, dtype, fused: bool, progress: bool = False) -> np.ndarray:
-        """`naive_output` for a problem the tiles can take (else the whole-array one)."""
-        p = self._prepared(scaled_dot_product_attention, self.plain, dtype)
-        if p is None:
-            return self.naive_output(dtype, fused)
-        fp8 = self.fp8 is not None
-        naive_p = self._naive_of(dtype, self.plain if fp8 else self.options, fp8)
-        extra = shared_extra(naive_p, dtype)
-        out = np.empty(p.out_shape, dtype)
-        tasks, threads, done = units(p, progress)
-
-        def task(idx):
-            out[at(idx)] = naive_forward(unit_problem(naive_p, idx), dtype, fused, self.fp8, extra)[0]
-
-        run(tasks, threads, task, done)
-        return out
+        """The baseline's output in `dtype`: by tiles where the variant can, else on whole arrays."""
+        out = self.variant.naive_output_tiles(self, dtype, fused, progress)
+        return self.variant.naive_output(self, dtype, fused) if out is None else out
 
     def lse_pass(self, dtype, fused: bool, progress: bool = False):
         """``(reference, naive)`` log-sum-exps (..., L): the float64 one and the baseline's in `dtype`."""
-        plain = {name: value for name, value in self.plain.items() if name not in DROPOUT}
-        p = self._prepared(scaled_dot_product_attention, plain, dtype)
-        if p is not None:
-            naive_p = naive_problem(self.q64, self.k64, self.v64, dtype, plain)
-            extra = shared_extra(naive_p, dtype)
-            lse, naive = np.empty(p.out_shape[:-1]), np.empty(p.out_shape[:-1], np.float64)
-            tasks, threads, done = units(p, progress)
-
-            def task(idx):
-                lse[at(idx)] = reference(unit_problem(p, idx), out=False, one_blas_thread=idx is None).lse
-                naive[at(idx)] = naive_forward(unit_problem(naive_p, idx), dtype, fused, None, extra)[1]
-
-            try:
-                run(tasks, threads, task, done)
-                return lse, naive
-            except NotTiled:
-                pass
+        tiled = self.variant.lse_tiles(self, dtype, fused, progress)
+        if tiled is not None:
+            return tiled
         self._whole()
-        return self.reference_lse(), self.naive_lse(dtype, fused)
+        return self.variant.reference_lse(self), self.variant.naive_lse(self, dtype, fused)
 
     def grads_prepare(self, dout):
-        """Check the options and `dout` as `attention_backward` does (its errors), before any work."""
-        p = self._prepared(attention_backward, self.options, np.float32)
-        if p is not None:
-            _checked(dout, "dout", p.out_shape, "the shape of the attention output (..., L, Ev)", np.float64)
+        """Check the options and `dout` as the variant's backward does (its errors), before any work."""
+        self.variant.check_dout(self, dout)
 
     def grads_pass(self, dout, dtypes, fused: bool, *, dbias: bool, magnitude: bool = False,
                    progress: bool = False):
         """``(reference, lse, naive)``: the float64 gradients, log-sum-exp, and a dict of the baseline's
         gradients for each dtype of `dtypes` (each computed once, with one forward)."""
-        p = self._prepared(attention_backward, self.options, max(dtypes, key=lambda d: np.dtype(d).itemsize))
-        if p is not None:
-            dout64 = _checked(dout, "dout", p.out_shape, "the shape of the attention output (..., L, Ev)",
-                              np.float64)
-            try:
-                return self._grads_tiles(p, dout, dout64, dtypes, fused, dbias, magnitude, progress)
-            except NotTiled:
-                pass
+        tiled = self.variant.grads_tiles(self, dout, dtypes, fused, dbias, magnitude, progress)
+        if tiled is not None:
+            return tiled
         self._whole()
         dout64 = as_real_array(dout, "dout").astype(np.float64)
-        ref = self.reference_grads(dout64)
-        return ref, self.reference_lse(), {d: self.naive_grads(dout, d, fused) for d in dtypes}
-
-    def _grads_tiles(self, p, dout, dout64, dtypes, fused, want_dbias, magnitude, progress):
-        batch = p.out_shape[:-2]
-        L, S, E, Ev = p.n_queries, p.n_keys, p.q.shape[-1], p.v.shape[-1]
-        ref = {name: np.empty(batch + shape) for name, shape in (("dq", (L, E)), ("dk", (S, E)), ("dv", (S, Ev)))}
-        ref_sinks = None if p.sinks is None else np.empty(batch)
-        target = np.zeros(p.bias.shape) if want_dbias and p.bias is not None else None
-        lse = np.empty((*batch, L))
-        naive_ps = {d: naive_problem(self.q, self.k, self.v, d, self.options) for d in dtypes}
-        extras = {d: shared_extra(naive_ps[d], d) for d in dtypes}
-        naive = {}
-        for d, naive_p in naive_ps.items():
-            work = naive_p.q.dtype
-            naive[d] = [np.empty(batch + shape, work) for shape in ((L, E), (S, E), (S, Ev))]
-            naive[d].append(np.empty((*batch, L, S), work) if target is not None else None)
-            naive[d].append(None if p.sinks is None else np.empty(batch, work))
-        dout = as_real_array(dout, "dout")
-        largest = [1.0]
-        lock = threading.Lock()
-        tasks, threads, done = units(p, progress)
-
-        def task(idx):
-            add = None if target is None else (lambda rows, cols, dx: add_bias_grad(target, idx, rows, cols, dx, lock))
-            r = reference(unit_problem(p, idx), dout64[at(idx)], magnitude=magnitude, dbias=add,
-                          one_blas_thread=idx is None)
-            for name in ref:
-                ref[name][at(idx)] = getattr(r, name)
-            if ref_sinks is not None:
-                ref_sinks[at(idx)] = r.dsinks
-            lse[at(idx)] = r.lse
-            largest.append(r.magnitude)
-            for d, naive_p in naive_ps.items():
-                grads = naive_backward_of(unit_problem(naive_p, idx), dout[at(idx)], d, fused, extras[d],
-                                          target is not None)
-                for into, grad in zip(naive[d], grads, strict=True):
-                    if into is not None:
-                        into[at(idx)] = grad
-
-        run(tasks, threads, task, done)
-        if magnitude:
-            self._magnitude = max(largest)
-        wide = {name: as_real_array(self.options[name], name).astype(np.float64) for name in ("bias", "sinks")
-                if self.options.get(name) is not None}
-        no_bias = dataclasses.replace(p, bias=None) if target is None else p
-        reference_grads = finish_grads(no_bias, self.q64, self.k64, self.v64, {**self.options, **wide}, ref["dq"],
-                                       ref["dk"], ref["dv"], target, ref_sinks, dtype=np.float64)
-        baselines = {}
-        for d, naive_p in naive_ps.items():
-            unbiased = dataclasses.replace(naive_p, bias=None) if target is None else naive_p
-            baselines[d] = finish_grads(unbiased, self.q, self.k, self.v, self.options, *naive[d], dtype=d)
-        return reference_grads, lse, baselines
-
-    # --- the naive baseline -------------------------------------------------------------------------
-
-    def naive_output(self, dtype: np.dtype, fused: bool) -> np.ndarray:
-        if self.flex is not None:
-            return NaiveFlex(self.q, self.k, self.v, dtype, self.flex, fused).out.astype(dtype)
-        if self.fp8 is None:
-            return _naive_attention(self.q, self.k, self.v, dtype, self.options, fused=fused)
-        # FlashAttention 3's: the dequantized inputs in the output's dtype, the weights rounded to fp8
-        return _naive_attention(self.q64, self.k64, self.v64, dtype, self.plain, intermediate=self.fp8, fused=fused)
-
-    def naive_lse(self, dtype: np.dtype, fused: bool) -> np.ndarray:
-        if self.flex is not None:
-            return NaiveFlex(self.q64, self.k64, self.v64, dtype, self.flex, fused).lse
-        plain = {name: value for name, value in self.plain.items() if name not in DROPOUT}
-        return _naive_forward(self.q64, self.k64, self.v64, dtype, plain, fused=fused)[5]
-
-    def naive_grads(self, dout, dtype: np.dtype, fused: bool) -> AttentionGrads:
-        if self.flex is not None:
-            return NaiveFlex(self.q, self.k, self.v, dtype, self.flex, fused).backward(dout)
-        return _naive_backward(self.q, self.k, self.v, dout, dtype, self.options, fused=fused)
+        ref = self.variant.reference_grads(self, dout64)
+        return ref, self.variant.reference_lse(self), {d: self.variant.naive_grads(self, dout, d, fused)
+                                                       for d in dtypes}
 
     def score_magnitude(self) -> float:
-        """The largest magnitude of the scores the softmax sees (finite ones), at least 1.
+        """The largest magnitude of the scores the normalization sees (finite ones), at least 1.
 
         A float32 or float64 kernel's error grows with it (a score ``x`` is rounded to ``eps * |x|``, and its
         weight with it), as the baseline's does by chance: the default `atol` of those dtypes scales with it.
         """
         if self._magnitude is None:  # computed once: each gradient's check asks for it
-            if self.flex is not None:
-                scores = NaiveFlex(self.q64, self.k64, self.v64, np.dtype(np.float64), self.flex).scores
-            else:
-                plain = {name: value for name, value in self.plain.items() if name not in DROPOUT}
-                scores = _scores(prepare_attention(self.q64, self.k64, self.v64, **plain))
-            self._magnitude = max(1.0, float(np.max(np.abs(scores[np.isfinite(scores)]), initial=0.0)))
+            self._magnitude = max(1.0, self.variant.largest_score(self))
         return self._magnitude
-
-    # --- rows with no allowed key -------------------------------------------------------------------
 
     def values_mean(self) -> np.ndarray:
         """Each query head's mean of its values over all keys, (..., 1, Ev): what "mean" expects on an empty row."""
-        if self.flex is not None:
-            group = self.q.shape[1] // self.k.shape[1] if self.k.shape[1] else 1
-            return np.repeat(self.v64, group, axis=1).mean(axis=-2, keepdims=True)
-        plain = {name: value for name, value in self.plain.items() if name not in DROPOUT}
-        values = prepare_attention(self.q64, self.k64, self.v64, **plain).v  # key/value heads repeated
-        return values.mean(axis=-2, keepdims=True)
+        return self.variant.values_mean(self)
 
 
 def empty_expected(reference: np.ndarray, baseline: np.ndarray, empty: np.ndarray, empty_rows: str, mean=None):

@@ -44,11 +44,11 @@ except ImportError:
     ) from None
 
 from .._interop import numpy_to_torch
+from .._normalization import NORMALIZATIONS
 from .._validation import check_bool, check_choice, check_int, float_dtype, is_dtype_like
 from ..attention import scaled_dot_product_attention
 from ..masks import ALIGNMENTS, causal_mask, sliding_window_mask
 from ..positional import alibi_bias, alibi_slopes
-from ..sigmoid import NORMALIZATIONS
 
 __all__ = ["AttentionProblem", "attention_problems"]
 
@@ -607,7 +607,7 @@ def attention_problems(*, dtypes=("float32",), max_len=64, gqa=True, masks=True,
     if isinstance(normalizations, str) or not isinstance(normalizations, (tuple, list)) or not normalizations:
         raise ValueError(f"normalizations must be a non-empty sequence of 'softmax' and 'sigmoid'; "
                          f"got {normalizations!r}")
-    normalizations = tuple(check_choice(n, "normalizations", NORMALIZATIONS) for n in normalizations)
+    normalizations = tuple(check_choice(n, "normalizations", tuple(NORMALIZATIONS)) for n in normalizations)
     most = max_len if hard else min(max_len, _BENIGN_MAX_LEN)
     if min_keys > most:
         limit = f"max_len={max_len}" if most == max_len else f"{most}, the longest benign length (hard=False)"

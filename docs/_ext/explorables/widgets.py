@@ -76,10 +76,10 @@ def palette():
     weights), each with the text colour of higher contrast."""
     from matplotlib import colors
 
-    from attention_ref.plotting import _colormap, _text_colour
+    from attention_ref.plotting import resolved_colormap, text_colour
 
-    cmap = _colormap("viridis")
-    return [[colors.to_hex(cmap(i / (PALETTE_SIZE - 1))), _text_colour(cmap(i / (PALETTE_SIZE - 1)))]
+    cmap = resolved_colormap("viridis")
+    return [[colors.to_hex(cmap(i / (PALETTE_SIZE - 1))), text_colour(cmap(i / (PALETTE_SIZE - 1)))]
             for i in range(PALETTE_SIZE)]
 
 
