@@ -8,11 +8,15 @@ r"""FlexAttention in NumPy: any attention variant as a ``score_mod`` and a ``mas
 (FlexAttention's ``BlockMask``, the torch object itself or its fields)
 stands for. Mods may be written for NumPy or, as for PyTorch, for torch:
 those run on torch tensors made from the tiles, and torch autograd gives
-a torch ``score_mod``'s derivative; torch is never imported here.
+a torch ``score_mod``'s derivative, and that of a ``score_mod`` of plain
+arithmetic, which runs on both (torch is imported for that alone, where
+it is installed).
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import math
 import sys
 import warnings
@@ -107,10 +111,11 @@ def _warn_again(caught) -> None:
         warnings.warn_explicit(record.message, record.category, record.filename, record.lineno, source=record.source)
 
 
-def _on_torch(fn, kind: str, attempt, where: str, numpy_error=None):
+def _on_torch(fn, kind: str, attempt, where: str, numpy_error=None, remember: bool = True):
     """``(attempt(torch, device), device)`` on the first device it runs on: where `fn` ran last, then `_torch_devices`.
 
-    The device is remembered for `fn`; where every attempt raises, the error names `fn` and each attempt.
+    The device is remembered for `fn` (unless `remember` is False); where every attempt raises, the error
+    names `fn` and each attempt.
     """
     torch = sys.modules["torch"]
     known = _known_device(fn)
@@ -127,7 +132,8 @@ def _on_torch(fn, kind: str, attempt, where: str, numpy_error=None):
         except Exception as exc:
             errors.append((device, exc))
             continue
-        _remember(fn, device)
+        if remember:
+            _remember(fn, device)
         return result, device
     raise _failure(fn, kind, where, numpy_error, errors)
 
@@ -181,7 +187,9 @@ def _autograd_slope(score_mod, scores, index, where) -> np.ndarray:
             (slope,) = torch.autograd.grad(result.sum(), score, allow_unused=True)
         return np.zeros_like(scores) if slope is None else to_numpy(slope, "the derivative")
 
-    return _on_torch(score_mod, "score_mod", attempt, f"{where}, differentiated by torch autograd")[0]
+    # a mod that also runs on NumPy arrays (plain arithmetic) is differentiated here, and still evaluated there
+    return _on_torch(score_mod, "score_mod", attempt, f"{where}, differentiated by torch autograd",
+                     remember=_known_device(score_mod) is not None)[0]
 
 
 def _checked_result(fn, kind: str, result, shape: tuple[int, ...], where: str) -> np.ndarray:
@@ -245,18 +253,40 @@ def choose_score_mod_derivative(score_mod, score_mod_grad, probe):
     `score_mod_grad` when given; else the ``score_mod_grad`` attribute the package's score functions carry;
     else None, meaning torch autograd, when `score_mod` is written for torch (tried on `probe`, a pair
     ``((scores, b, h, q_idx, kv_idx), where)``, or known to be; a None `probe`, for an empty problem, tries
-    nothing). A TypeError names the mod otherwise.
+    nothing) or torch's autograd differentiates it on `probe` (`_torch_differentiates`). A TypeError names
+    the mod otherwise.
     """
     if score_mod_grad is not None and not callable(score_mod_grad):
         raise TypeError(f"score_mod_grad must be a function or None; got {type(score_mod_grad).__name__}")
     derivative = getattr(score_mod, "score_mod_grad", None) if score_mod_grad is None else score_mod_grad
     if callable(derivative):
         return derivative
-    if probe is not None and _is_torch_mod(score_mod, "score_mod", *probe):
+    if probe is not None and (_is_torch_mod(score_mod, "score_mod", *probe)
+                              or _torch_differentiates(score_mod, *probe)):
         return None
     raise TypeError(f"{_mod_name(score_mod, 'score_mod')} has no derivative: pass score_mod_grad, the "
                     f"derivative of score_mod with respect to the score (same arguments), or write "
-                    f"score_mod for torch, which differentiates it")
+                    f"score_mod so that it also runs on torch tensors, with torch installed: torch's autograd "
+                    f"differentiates it")
+
+
+def _torch_differentiates(score_mod, args, where: str) -> bool:
+    """Whether torch's autograd differentiates `score_mod`, a mod that also ran on NumPy arrays, on `args`.
+
+    A mod of plain arithmetic (``score + (q_idx - kv_idx) * 0.01``, as FlexAttention's mods are written) runs
+    on both; where torch is installed, its autograd differentiates it exactly (torch is imported for it, so
+    the answer does not depend on what the caller imported). A mod that calls NumPy's functions fails on a
+    tensor that requires its gradient, and has no derivative this way.
+    """
+    if "torch" not in sys.modules:
+        if importlib.util.find_spec("torch") is None:
+            return False
+        importlib.import_module("torch")
+    try:
+        _autograd_slope(score_mod, args[0], args[1:], where)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def _tile_slope(score_mod, score_mod_grad, raw, index, shape, where) -> np.ndarray:
@@ -658,8 +688,10 @@ def flex_attention_backward(q, k, v, dout, score_mod=None, mask_mod=None, *, blo
         `score_mod` with respect to its first argument, elementwise, with
         the same calling convention (NumPy or torch). Default: the
         ``score_mod_grad`` attribute the package's score functions carry;
-        else, for a `score_mod` written for torch, its derivative by torch
-        autograd (see Notes); required for any other `score_mod`.
+        else, for a `score_mod` written for torch, or of plain arithmetic
+        that runs on torch tensors too, its derivative by torch autograd
+        where torch is installed (see Notes); required for any other
+        `score_mod` (one that calls NumPy's functions).
     scale, enable_gqa, block_size
         As `flex_attention`.
 
@@ -672,9 +704,10 @@ def flex_attention_backward(q, k, v, dout, score_mod=None, mask_mod=None, *, blo
     Raises
     ------
     TypeError
-        As `flex_attention`; also if `score_mod` has no derivative (a NumPy
-        `score_mod` without `score_mod_grad`), or `score_mod_grad` is not
-        callable or returns non-real values.
+        As `flex_attention`; also if `score_mod` has no derivative (one
+        that calls NumPy's functions, or any without torch installed, given
+        without `score_mod_grad`), or `score_mod_grad` is not callable or
+        returns non-real values.
     ValueError
         As `flex_attention`; also if `dout` is not shaped as the output.
 
@@ -706,7 +739,9 @@ def flex_attention_backward(q, k, v, dout, score_mod=None, mask_mod=None, *, blo
     :math:`f'(u)` is what ``torch.autograd.grad(f(u).sum(), u)`` gives,
     with :math:`u` the tile's scores as a tensor of the working dtype
     (float64 here for all but float32 input) that requires grad, so a
-    variant is written once. Its derivative is taken with respect to the
+    variant is written once. So does a `score_mod` of plain arithmetic
+    that also runs on NumPy arrays (``score + (q_idx - kv_idx) * 0.01``),
+    where torch is installed. Its derivative is taken with respect to the
     score alone: tensors it captures get no gradient.
 
     Examples

@@ -534,8 +534,8 @@ def test_gradients_match_the_built_in_backward():
 def test_user_score_mod_needs_its_derivative():
     q, k, v = problem()
 
-    def double(score, b, h, q_idx, kv_idx):
-        return 2 * score
+    def double(score, b, h, q_idx, kv_idx):  # NumPy's function: torch's autograd cannot go through it
+        return np.multiply(score, 2.0)
 
     with pytest.raises(TypeError, match="score_mod 'double' has no derivative: pass score_mod_grad"):
         ar.flex_attention_backward(q, k, v, np.zeros((B, H, L, EV)), double)
@@ -730,16 +730,28 @@ def test_autograd_derivative_of_a_torch_score_mod_equals_score_mod_grad(tt, name
 
 
 @pytest.mark.torch
-def test_a_numpy_score_mod_gets_no_autograd_derivative_even_with_torch_imported(tt):
+def test_a_score_mod_of_plain_arithmetic_gets_torch_autograds_derivative(tt):
+    """A mod that runs on NumPy arrays and torch tensors alike, as FlexAttention's are written, needs no
+    score_mod_grad where torch is installed; one that calls NumPy's functions still does."""
     q, k, v = problem()
+    dout = np.random.default_rng(3).standard_normal((B, H, L, EV))
 
-    def double(score, b, h, q_idx, kv_idx):  # runs on NumPy arrays: a NumPy mod, whatever torch could do with it
-        return 2 * score
+    def shifted(score, b, h, q_idx, kv_idx):
+        return 2 * score + (q_idx - kv_idx) * 0.25
 
-    with pytest.raises(TypeError, match="score_mod 'double' has no derivative: pass score_mod_grad"):
-        ar.flex_attention_backward(q, k, v, np.zeros((B, H, L, EV)), double)
+    got = ar.flex_attention_backward(q, k, v, dout, shifted)
+    given = ar.flex_attention_backward(q, k, v, dout, shifted,
+                                       score_mod_grad=lambda s, b, h, i, j: np.full_like(s, 2.0))
+    for a, b in zip(got[:3], given[:3], strict=True):
+        np.testing.assert_array_equal(a, b)
+
+    def tanh_cap(score, b, h, q_idx, kv_idx):  # NumPy's tanh: no tensor that requires its gradient gets through
+        return 5 * np.tanh(score / 5)
+
+    with pytest.raises(TypeError, match="score_mod 'tanh_cap' has no derivative: pass score_mod_grad"):
+        ar.flex_attention_backward(q, k, v, dout, tanh_cap)
     with pytest.raises(TypeError, match="score_mod_grad must be a function or None; got int"):
-        ar.flex_attention_backward(q, k, v, np.zeros((B, H, L, EV)), double, score_mod_grad=2)
+        ar.flex_attention_backward(q, k, v, dout, shifted, score_mod_grad=2)
 
 
 @pytest.mark.torch

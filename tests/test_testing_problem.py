@@ -254,16 +254,31 @@ def test_a_custom_score_mod_needs_its_derivative_for_the_gradients():
     rng = np.random.default_rng(13)
     q, k, v, dout = (rng.standard_normal((1, 2, 6, 4)) for _ in range(4))
 
-    def cube(score, b, h, q_idx, kv_idx):
-        return score**3 / 3
+    def cube(score, b, h, q_idx, kv_idx):  # NumPy's function: torch's autograd cannot go through it
+        return np.power(score, 3) / 3
 
     def cube_grad(score, b, h, q_idx, kv_idx):
         return score**2
 
     grads = ar.flex_attention_backward(q, k, v, dout, cube, score_mod_grad=cube_grad)
     assert_attention_grads_close(grads, q, k, v, dout, score_mod=cube, score_mod_grad=cube_grad)
-    with pytest.raises(TypeError, match="score_mod_grad"):
+    with pytest.raises(TypeError, match=r"^score_mod 'cube' has no derivative: pass score_mod_grad"):
         assert_attention_grads_close(grads, q, k, v, dout, score_mod=cube)
+
+
+def test_a_score_mod_of_plain_arithmetic_is_differentiated_by_torch_where_it_is_installed(torch):
+    # As a FlexAttention user writes it: runs on NumPy arrays and torch tensors alike, no score_mod_grad given
+    rng = np.random.default_rng(15)
+    q, k, v, dout = (rng.standard_normal((1, 2, 6, 4)) for _ in range(4))
+
+    def cube(score, b, h, q_idx, kv_idx):
+        return score**3 / 3 + (q_idx - kv_idx) * 0.1
+
+    grads = ar.flex_attention_backward(q, k, v, dout, cube, score_mod_grad=lambda s, b, h, i, j: s**2)
+    assert_attention_grads_close(grads, q, k, v, dout, score_mod=cube)
+    wrong = grads._replace(dk=grads.dk * 1.01)
+    with pytest.raises(AssertionError, match="dk: "):
+        assert_attention_grads_close(wrong, q, k, v, dout, score_mod=cube)
 
 
 def test_the_gradient_check_applies_the_score_mods_derivative_chosen_as_the_backward_chooses_it():

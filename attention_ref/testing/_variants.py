@@ -466,6 +466,11 @@ class Flex(Variant):
             self._derivative = score_mod_derivative(self.score_mod, self.given_grad)
         return self._derivative(*args)
 
+    def check_dout(self, x, dout) -> None:
+        """Choose ``score_mod``'s derivative before any work: a mod without one is a TypeError naming it."""
+        if self.score_mod is not None and self._derivative is None:
+            self._derivative = score_mod_derivative(self.score_mod, self.given_grad)
+
     def keywords(self) -> dict:
         return {"scale": self.scale, "enable_gqa": self.enable_gqa}
 
