@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from .._kernel import _PARALLEL_MIN, _one_blas_thread, block_rows, n_threads, run_blocks
+from .._kernel import _PARALLEL_MIN, _one_blas_thread, block_rows, heads_per_task, n_threads, run_blocks
 from ..backward import _broadcast_index, _sum_to, tile_scores
 from ._baseline import naive_extra, naive_forward_of
 
@@ -40,6 +40,9 @@ NAIVE_ARRAYS = 12
 #: From this many scores on, a problem run as one task computes its reference with BLAS on one thread
 #: (below, the limit costs more than the products).
 ONE_THREAD_SCORES = 1 << 16
+#: From this many scores on (all units together), a problem with several units runs them as tasks on the
+#: threads: below, a task's steps cost more than the threads save.
+THREADED_SCORES = 1 << 18
 #: The share of the machine's memory a check may plan to hold at once.
 MEMORY_SHARE = 0.5
 
@@ -77,17 +80,21 @@ def fits(L: int, S: int, n_units: int, itemsize: int) -> int:
 
 
 def unit_problem(p, idx):
-    """The problem `p` restricted to the unit `idx` of its output's batch (all of it when `idx` is None)."""
+    """The problem `p` restricted to the unit `idx` of its output's batch (all of it when `idx` is None).
+
+    `idx` indexes every batch axis; its last entry may be a slice (a group of heads, see `units`)."""
     if idx is None:
         return p
 
     def at(arr):
         return None if arr is None else arr[_broadcast_index(idx, arr.shape[:-2])]
 
+    batch = p.out_shape[:-2]
+    heads = tuple(len(range(n)[i]) for i, n in zip(idx, batch, strict=True) if isinstance(i, slice))
     sinks = None if p.sinks is None else p.sinks[_broadcast_index(idx, p.sinks.shape)]
     return dataclasses.replace(p, q=at(p.q), k=at(p.k), v=at(p.v), mask=at(p.mask), bias=at(p.bias),
                                alibi_slopes=at(p.alibi_slopes), sinks=sinks, dropout_mask=at(p.dropout_mask),
-                               out_shape=p.out_shape[-2:])
+                               out_shape=heads + p.out_shape[-2:])
 
 
 def shared_extra(p, dtype):
@@ -205,32 +212,43 @@ def add_bias_grad(target: np.ndarray, idx, rows: slice, cols: slice, dx: np.ndar
 
 
 def units(p, progress: bool = False):
-    """``(tasks, threads, done)``: the units of `p` (one None task for a small problem), the threads to use,
-    and a function each task calls when finished (advancing a progress bar when asked and tqdm is there)."""
+    """``(tasks, threads, done)``: the tasks of `p`, the threads to use, and a function each task calls with
+    its number of units when finished (advancing a progress bar when asked and tqdm is there).
+
+    A small problem is one None task (every unit at once); else a task is a group of heads (the last batch
+    axis, a slice) at one index of the other batch axes, as many heads as `attention_ref._kernel.heads_per_task`
+    puts in one of the dense path's tasks: one head for long sequences, more for short ones, so that their
+    steps run batched while every thread still has tasks to take."""
     batch = p.out_shape[:-2]
     n_units = int(np.prod(batch))
     work = n_units * p.n_queries * p.n_keys
     threads = plan_threads(p, 4)  # the baseline works in float32 (a float64 check runs on whole arrays)
-    tasks = [None] if work < _PARALLEL_MIN or n_units < 2 else list(np.ndindex(*batch))
-    return tasks, threads, progress_bar(len(tasks), progress)
+    if work < THREADED_SCORES or n_units < 2:
+        return [None], threads, progress_bar(1, progress)
+    outer, n_heads = batch[:-1], batch[-1]
+    n_outer = int(np.prod(outer))
+    group = heads_per_task(n_heads, p.n_queries * p.n_keys * 8, n_outer, threads)
+    tasks = [(*o, slice(h, min(n_heads, h + group))) for o in np.ndindex(*outer) for h in range(0, n_heads, group)]
+    return tasks, threads, progress_bar(n_units, progress)
 
 
 def progress_bar(total: int, progress: bool):
-    """A function to call once per finished task: a tqdm bar's update when asked and installed, else nothing."""
+    """A function to call with the units each task finished (`total` in all): a tqdm bar's update when asked
+    and installed, else nothing."""
     if not progress or total < 2:
-        return lambda: None
+        return lambda n: None
     try:
         from tqdm.auto import tqdm
     except ImportError:
-        return lambda: None
+        return lambda n: None
     bar = tqdm(total=total, desc="checking", unit="head", leave=False)
     lock = threading.Lock()
     count = [0]
 
-    def done():
+    def done(n):
         with lock:
-            bar.update(1)
-            count[0] += 1
+            bar.update(n)
+            count[0] += n
             if count[0] == total:
                 bar.close()
 
@@ -246,7 +264,7 @@ def run(tasks, threads: int, fn, done) -> None:
     once) runs as the whole-array computation did, BLAS as configured."""
     def task(idx):
         fn(idx)
-        done()
+        done(1 if idx is None else idx[-1].stop - idx[-1].start)
 
     if len(tasks) < 2:
         task(tasks[0])
