@@ -15,6 +15,7 @@ from .._validation import as_real_array
 from ..attention import prepare_attention
 from ..backward import AttentionGrads, finish_grads
 from ..flex import _tile_mask, _tile_score
+from ._rounding import round_to
 
 __all__: list[str] = []  # private module
 
@@ -32,7 +33,9 @@ def _rounding(dtype: np.dtype, fused: bool = False):
     work = np.dtype(np.float32) if rounds else dtype
 
     def rnd(x):
-        return x.astype(dtype).astype(work) if rounds else x.astype(work, copy=False)
+        if not rounds:
+            return x.astype(work, copy=False)
+        return round_to(x, dtype) if x.dtype == work else x.astype(dtype).astype(work)
 
     def keep(x):
         return x.astype(work, copy=False)
