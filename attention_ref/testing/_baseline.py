@@ -54,18 +54,24 @@ def _naive_softmax(s, sinks, rnd, work):
     if sinks is not None:
         top = np.maximum(top, sinks)
     top = np.where(np.isfinite(top), top, 0.0).astype(work)
-    e = rnd(np.exp(rnd(s - top)))
+    e = rnd(s - top)
+    e = rnd(np.exp(e, out=e))  # in place: `e` is this function's own array
     total = e.sum(axis=-1, keepdims=True)
     if sinks is not None:
         sink_e = rnd(np.exp(rnd(sinks - top)))
         total = total + sink_e
     total = rnd(total)
     safe_total = np.where(total > 0, total, 1.0)
-    weights = rnd(e / safe_total)  # rows with no allowed key: zeros
+    weights = rnd(np.divide(e, safe_total, out=e))  # rows with no allowed key: zeros
     sink_weight = None if sinks is None else rnd(sink_e / safe_total)[..., 0]  # (..., L)
     lse = rnd(top + rnd(np.log(safe_total)))[..., 0]  # (..., L)
     lse[(total == 0)[..., 0]] = -np.inf
     return weights, sink_weight, lse
+
+
+def _into(ufunc, x: np.ndarray, y) -> np.ndarray:
+    """``ufunc(x, y)``, written into `x` (a step's own temporary) where the result has its shape."""
+    return ufunc(x, y, out=x) if np.broadcast_shapes(x.shape, np.shape(y)) == x.shape else ufunc(x, y)
 
 
 def _naive_forward(q, k, v, dtype: np.dtype, options: dict, intermediate=None, fused=True):
@@ -104,14 +110,14 @@ def naive_forward_of(p, dtype: np.dtype, intermediate=None, fused=True, extra=Fa
     capped = None
     with np.errstate(invalid="ignore", over="ignore"):  # overflow to inf and NaN are the baseline's own
         s = inner(p.q.astype(work) @ np.swapaxes(p.k.astype(work), -1, -2))  # (..., L, S)
-        s = inner(s * work.type(p.scale))
+        s = inner(np.multiply(s, work.type(p.scale), out=s))  # in place: `s` is always a new array here
         if p.softcap is not None:
-            tanh = np.tanh(s / work.type(p.softcap))
+            tanh = np.tanh(np.divide(s, work.type(p.softcap), out=s), out=s)
             s, capped = inner(tanh * work.type(p.softcap)), inner(tanh)
         if extra is False:
             extra = naive_extra(p, dtype)
         if extra is not None:
-            s = inner(s + extra)
+            s = inner(_into(np.add, s, extra))
         if sinks is not None:
             sinks = rnd(np.asarray(sinks).astype(work))[..., None, None]
         if p.sigmoid is not None:  # sigmoid(s + b), each step rounded as the scores are; no log-sum-exp
@@ -157,12 +163,13 @@ def naive_backward_of(p, dout, dtype: np.dtype, fused=True, extra=False, dbias=T
         dv = rnd(np.swapaxes(dropped, -1, -2) @ do)  # (..., S, Ev)
         dp = inner(do @ np.swapaxes(p.v.astype(work), -1, -2))  # (..., L, S)
         if kept is not None:
-            dp = inner(dp * kept)  # the gradient reaching the weights before dropout
+            dp = inner(_into(np.multiply, dp, kept))  # the gradient reaching the weights before dropout
         delta = inner(np.sum(inner(do * out), axis=-1))  # (..., L)
         if p.sigmoid is not None:
             dx = p.sigmoid.score_grad(exact, dp, inner)  # P (1 - P) dP: the bias's gradient
         else:
-            dx = inner(exact * inner(dp - delta[..., None]))  # the bias's gradient
+            dx = inner(_into(np.subtract, dp, delta[..., None]))  # in place: `dp` is not needed after
+            dx = inner(_into(np.multiply, dx, exact))  # the bias's gradient
         ds = dx if capped is None else inner(dx * inner(1 - inner(capped * capped)))
         ds = rnd(ds)  # the operand of the two products
         dq = rnd(rnd(ds @ p.k.astype(work)) * work.type(p.scale))
