@@ -11,7 +11,15 @@ import numpy as np
 import pytest
 
 from attention_ref.testing._baseline import _rounding
-from attention_ref.testing._rounding import FLOAT16_MAX, _to_bfloat16, _to_float16, round_to
+from attention_ref.testing._rounding import (
+    CHUNK,
+    FAST_MIN,
+    FLOAT16_MAX,
+    _by_chunks,
+    _to_bfloat16,
+    _to_float16,
+    round_to,
+)
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -53,7 +61,7 @@ def test_bfloat16_rounding_is_the_conversion_bit_for_bit(exponent):
     x = every_pattern(exponent)
     want = converted(x, BF16)
     finite = ~np.isnan(x)  # the bit operations themselves (NaN takes the conversion)
-    assert_same_bits(_to_bfloat16(x[finite]), want[finite])
+    assert_same_bits(_by_chunks(x[finite], _to_bfloat16), want[finite])
     assert_same_bits(fast(x, BF16), want)
 
 
@@ -63,7 +71,7 @@ def test_float16_rounding_is_the_conversion_bit_for_bit(exponent):
     want = converted(x, np.float16)
     in_range = np.abs(x) <= FLOAT16_MAX  # the bit operations themselves
     if in_range.any():
-        assert_same_bits(_to_float16(x[in_range]), want[in_range])
+        assert_same_bits(_by_chunks(x[in_range], _to_float16), want[in_range])
     assert_same_bits(fast(x, np.float16), want)
 
 
@@ -73,7 +81,9 @@ def test_special_values_and_shapes(dtype):
                          2.0**-24, 2.0**-25, -(2.0**-25), 3 * 2.0**-26, 1 + 2.0**-8, 1 + 3 * 2.0**-8,
                          np.finfo(np.float32).max, np.finfo(np.float32).tiny], dtype=np.float32)
     payloads = np.array([0x7FC00001, 0xFFFFFFFF, 0x7F800001, 0x7FFFFFFF], dtype=np.uint32).view(np.float32)
-    for x in (specials, payloads, specials[::-3], specials.reshape(2, 9).T, specials[:0]):
+    ordinary = np.random.default_rng(1).standard_normal(CHUNK + 7).astype(np.float32)  # the bit operations
+    for x in (specials, payloads, specials[::-3], specials.reshape(2, 9).T, specials[:0], ordinary,
+              ordinary[::-3], np.concatenate([ordinary, specials]), ordinary[: 2 * FAST_MIN].reshape(64, -1).T):
         assert_same_bits(fast(x, dtype), converted(x, dtype))
     for x in (np.float32(1 + 2.0**-8), np.array(np.float32(3.3)), np.float64(0.1) * np.ones(3)):
         got, want = fast(x, dtype), converted(x, dtype)  # scalars, 0-d and float64: the conversion
@@ -84,7 +94,7 @@ def test_round_to_leaves_its_input_alone_and_the_baselines_use_it():
     x = np.random.default_rng(0).standard_normal(1000).astype(np.float32)
     before = x.copy()
     for dtype in (BF16, np.dtype(np.float16)):
-        rnd, inner, work = _rounding(dtype, fused=True)
+        rnd, inner, _ = _rounding(dtype, fused=True)
         assert_same_bits(rnd(x), converted(x, dtype))
         assert_same_bits(inner(x), x)  # the fused model keeps its inner steps in float32
         wide = x.astype(np.float64)  # rounded once from float64, as the conversion does

@@ -24,6 +24,10 @@ from .._validation import is_bfloat16
 
 __all__: list[str] = []  # private module
 
+#: Elements from which the bit operations are worth their calls, and the part of an array each pass covers
+#: at once (256 KiB of float32: the part's three arrays stay in a core's cache).
+FAST_MIN = 1 << 12
+CHUNK = 1 << 16
 #: float16's largest finite value: from here on the rounding may overflow, left to NumPy's conversion.
 FLOAT16_MAX = 65504.0
 #: float32 bits of float16's smallest normal exponent (-14) and of 13 more (the shift of ``c``), and
@@ -35,42 +39,47 @@ _F16_SHIFT = np.uint32((13 << 23) | 0x400000)
 def round_to(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
     """``x.astype(dtype).astype(np.float32)`` for a float32 array `x`, as a new array with the same bits.
 
-    `dtype` bfloat16 or float16 take the bit operations of the module docstring; anything else (or `x` not
-    a float32 array with elements) the conversion itself.
+    `dtype` bfloat16 or float16 take the bit operations of the module docstring (from `FAST_MIN` elements
+    on: below, their few more NumPy calls cost more than they save); anything else (or `x` not a float32
+    array) the conversion itself.
     """
-    if isinstance(x, np.ndarray) and x.dtype == np.float32 and x.ndim and x.size:
+    if isinstance(x, np.ndarray) and x.dtype == np.float32 and x.size >= FAST_MIN:
         if is_bfloat16(dtype):
-            return _to_bfloat16(x)
-        if np.dtype(dtype) == np.float16:
-            return _to_float16(x)
+            if not np.isnan(x.max()):  # NaN propagates through the maximum
+                return _by_chunks(x, _to_bfloat16)
+        elif dtype == np.float16:
+            if x.max() <= FLOAT16_MAX and x.min() >= -FLOAT16_MAX:  # no NaN, infinity or overflow
+                return _by_chunks(x, _to_float16)
     return x.astype(dtype).astype(np.float32)
 
 
-def _to_bfloat16(x: np.ndarray) -> np.ndarray:
-    if np.isnan(x.max()):  # NaN propagates through the maximum
-        return x.astype(_bfloat16()).astype(np.float32)
-    bits = x.view(np.uint32)
-    out = np.right_shift(bits, 16)
-    out &= 1  # the lowest bit kept: ties go to the even neighbour
-    out += 0x7FFF
-    out += bits
-    out &= 0xFFFF0000
-    return out.view(np.float32)
+def _by_chunks(x: np.ndarray, step) -> np.ndarray:
+    """``step(x_part, out_part, scratch)`` over `CHUNK`-element parts of `x`: each part's passes run in cache."""
+    flat = x.reshape(-1)
+    out = np.empty(flat.shape, np.float32)
+    scratch = np.empty(min(flat.size, CHUNK), np.uint32)
+    for start in range(0, flat.size, CHUNK):
+        part = slice(start, start + CHUNK)
+        step(flat[part], out[part], scratch[: out[part].size])
+    return out.reshape(x.shape)
 
 
-def _to_float16(x: np.ndarray) -> np.ndarray:
-    if not (x.max() <= FLOAT16_MAX and x.min() >= -FLOAT16_MAX):  # NaN, infinities, overflow
-        return x.astype(np.float16).astype(np.float32)
-    c = np.bitwise_and(x.view(np.uint32), 0x7F800000)  # the exponent of x ...
-    np.maximum(c, _F16_MIN_EXPONENT, out=c)  # ... at least float16's smallest normal one
-    c += _F16_SHIFT
-    c = c.view(np.float32)  # 1.5 * 2**(e + 13): its spacing is float16's at x
-    out = np.add(x, c)
+def _to_bfloat16(x: np.ndarray, out: np.ndarray, scratch: np.ndarray) -> None:
+    """`x` (float32, no NaN) rounded to bfloat16's 8 significant bits, into `out`."""
+    bits, rounded = x.view(np.uint32), out.view(np.uint32)
+    np.right_shift(bits, 16, out=rounded)
+    rounded &= 1  # the lowest bit kept: ties go to the even neighbour
+    rounded += 0x7FFF
+    rounded += bits
+    rounded &= 0xFFFF0000
+
+
+def _to_float16(x: np.ndarray, out: np.ndarray, scratch: np.ndarray) -> None:
+    """`x` (float32, within float16's range) rounded to float16's spacing, into `out`."""
+    np.bitwise_and(x.view(np.uint32), 0x7F800000, out=scratch)  # the exponent of x ...
+    np.maximum(scratch, _F16_MIN_EXPONENT, out=scratch)  # ... at least float16's smallest normal one
+    scratch += _F16_SHIFT
+    c = scratch.view(np.float32)  # 1.5 * 2**(e + 13): its spacing is float16's at x
+    np.add(x, c, out=out)
     out -= c
-    return np.copysign(out, x, out=out)  # -0.0 (and what rounds to it) keeps its sign
-
-
-def _bfloat16() -> np.dtype:
-    import ml_dtypes  # only reached with bfloat16 data, which needs it
-
-    return np.dtype(ml_dtypes.bfloat16)
+    np.copysign(out, x, out=out)  # -0.0 (and what rounds to it) keeps its sign
