@@ -155,8 +155,8 @@ def reference_blocks(u, dout=None, *, out=True, magnitude=False, dbias=None) -> 
             cols = slice(*u.key_range(rows))
             x, capped = tile_scores(q[..., rows, :], k[..., cols, :], u.scale, u.softcap)  # (..., l, s)
             extra = (inside if u.inside_window(rows, cols) else u).additive(rows, cols)
-            if extra is not None:
-                x = x + extra
+            if extra is not None:  # into the block's own scores where the sum has their shape
+                x = np.add(x, extra, out=x) if np.broadcast_shapes(x.shape, extra.shape) == x.shape else x + extra
             top = x.max(axis=-1, initial=-np.inf)  # (..., l)
             if sinks is not None:
                 top = np.maximum(top, sinks)
@@ -178,8 +178,7 @@ def reference_blocks(u, dout=None, *, out=True, magnitude=False, dbias=None) -> 
             if not (out or grads):
                 continue
             dropped = weights if keep is None else weights * keep[..., rows, cols] / (1.0 - u.dropout_p)
-            o = dropped @ v[..., cols, :]
-            result.out[..., rows, :] = o
+            o = np.matmul(dropped, v[..., cols, :], out=result.out[..., rows, :])
             if not grads:
                 continue
             do = dout[..., rows, :]
