@@ -158,13 +158,12 @@ def reference_blocks(u, dout=None, *, out=True, magnitude=False, dbias=None) -> 
             if extra is not None:  # into the block's own scores where the sum has their shape
                 x = np.add(x, extra, out=x) if np.broadcast_shapes(x.shape, extra.shape) == x.shape else x + extra
             top = x.max(axis=-1, initial=-np.inf)  # (..., l)
+            if magnitude:
+                result.magnitude = max(result.magnitude, largest_finite(x, top))
             if sinks is not None:
                 top = np.maximum(top, sinks)
             if not np.all(top < np.inf):  # NaN or +inf: the whole-array computation's business
                 raise NotTiled
-            if magnitude:
-                finite = x[np.isfinite(x)]
-                result.magnitude = max(result.magnitude, float(np.max(np.abs(finite), initial=0.0)))
             shift = np.where(top > -np.inf, top, 0.0)
             x -= shift[..., None]
             weights = np.exp(x, out=x)
@@ -197,6 +196,18 @@ def reference_blocks(u, dout=None, *, out=True, magnitude=False, dbias=None) -> 
             if sinks is not None:
                 result.dsinks -= np.sum(sink_e / safe * delta, axis=-1)
     return result
+
+
+def largest_finite(x: np.ndarray, top: np.ndarray) -> float:
+    """``max |x|`` over the finite entries of `x` (0 without any), given its row maxima `top`.
+
+    By reductions: the largest entry is the largest finite row maximum, the smallest one the minimum, over
+    the entries above ``-inf`` (masked) where there are such. (NaN and ``+inf`` leave the tiles anyway.)"""
+    lo = float(x.min(initial=np.inf))
+    if lo == -np.inf:
+        lo = float(np.min(x, where=x > -np.inf, initial=np.inf))
+    hi = float(np.max(top, where=np.isfinite(top), initial=-np.inf))
+    return max(0.0, hi, -lo)
 
 
 def add_bias_grad(target: np.ndarray, idx, rows: slice, cols: slice, dx: np.ndarray, lock) -> None:
