@@ -268,7 +268,7 @@ def progress_bar(total: int, progress: bool):
 def run(tasks, threads: int, fn, done) -> None:
     """Run ``fn(task)`` for every task on the dense path's threads; `NotTiled` from any task propagates.
 
-    With several tasks (units) BLAS runs on one thread meanwhile, also when they run one after the other:
+    With units (groups of heads) BLAS runs on one thread meanwhile, also when they run one after the other:
     the tiles' products are small, and a multi-threaded BLAS spends more on waking its threads (and, on a
     busy machine, on waiting for them) than the products take. One task (a small problem, every unit at
     once) runs as the whole-array computation did, BLAS as configured."""
@@ -276,10 +276,10 @@ def run(tasks, threads: int, fn, done) -> None:
         fn(idx)
         done(1 if idx is None else idx[-1].stop - idx[-1].start)
 
-    if len(tasks) < 2:
-        task(tasks[0])
+    if tasks == [None]:
+        task(None)
         return
-    with _one_blas_thread() or contextlib.nullcontext():
+    with _one_blas_thread() or contextlib.nullcontext():  # also for one group of heads (one thread asked for)
         run_blocks(task, tasks, _PARALLEL_MIN, threads=threads)
 
 
