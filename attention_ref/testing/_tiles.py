@@ -4,17 +4,21 @@ A check needs, for every query row, the float64 reference (output, log-sum-exp, 
 backward) and the naive baseline in the kernel's dtype. Computed on whole (B, H, L, S) arrays that costs
 memory growing with B * H * L * S and streams every elementwise step through it. Here the problem is cut
 into *units*, one element of the output's batch (a batch entry and a query head, with its key/value head),
-and the units run as tasks on the dense path's thread pool (`attention_ref._kernel.run_blocks`), each task
-writing its own slice of the results:
+and the units run as tasks on the dense path's thread pool (`attention_ref._kernel.run_blocks`), a task
+being a group of heads of one batch entry (one head for long sequences; for short ones as many as the
+dense path's tasks take, `attention_ref._kernel.heads_per_task`, so that their steps run batched while
+both cores have tasks), each task writing its own slice of the results:
 
 - the reference runs in blocks of query rows (`attention_ref._kernel.block_rows`), each block visiting only
   the keys a causal mask or window lets it see (`AttentionProblem.key_range`), with the forward and the
   backward of a block done together: ``dq`` row by row, ``dk`` and ``dv`` accumulated over the blocks;
 - the baseline runs the textbook steps of `._baseline` on the unit whole, so that every product it rounds
-  has the shape it has in the whole-array computation and the baseline is the same, number for number;
+  has the shape it has in the whole-array computation and the baseline is the same, number for number
+  (up to how BLAS, on one thread in the tasks, orders a product's sums: a last bit in a few elements);
   one forward serves ``dq``, ``dk``, ``dv``, ``dbias`` and ``dsinks`` alike.
 
-A small problem runs as one task over every unit at once (the same steps, batched). What falls outside
+A small problem (below `THREADED_SCORES` scores) runs as one task over every unit at once (the same steps,
+batched), BLAS as configured: its baseline is the whole-array computation's, bit for bit. What falls outside
 (non-finite input or scores, which the whole-array code handles as it always has) raises `NotTiled`.
 """
 
