@@ -14,6 +14,7 @@ import attention_ref as ar
 from attention_ref.testing import assert_attention_close, assert_attention_grads_close
 from attention_ref.testing._baseline import _naive_attention, _naive_backward
 from attention_ref.testing._problem import Problem
+from attention_ref.testing._tiles import units
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -128,3 +129,41 @@ def test_progress_is_shown_when_asked_and_changes_nothing(tqdm, monkeypatch, cap
     with pytest.raises(AssertionError, match=r"^dq: 16 of 89600 elements .*\n.*\n.*\n.*\nwhere they are:\n"
                                              r"batch 1, head 2: row 5 \(16 elements\)$"):
         assert_attention_grads_close(wrong, q, k, v, dout, is_causal=True, progress=True)
+
+
+GROUPED = {
+    "bias per head, dropout mask": lambda rng: {
+        "bias": rng.standard_normal((4, 256, 256)), "dropout_p": 0.25,
+        "dropout_mask": rng.random((2, 4, 256, 256)) > 0.25},
+    "causal, alibi, sinks": lambda rng: {
+        "is_causal": True, "alibi_slopes": np.array([0.1, 0.2, 0.3, 0.4]), "sinks": np.array([0.0, 1.0, -1.0, 2.0])},
+}
+
+
+@pytest.mark.parametrize("name", list(GROUPED))
+def test_groups_of_heads_are_the_whole_array_computation(name, monkeypatch):
+    """A problem of 2^19 scores on two threads runs as four tasks of two heads; per-head arrays (bias, dropout
+    mask, ALiBi slopes, sinks) follow each group, the bias's gradient sums over them."""
+    monkeypatch.setenv("ATTENTION_REF_NUM_THREADS", "2")
+    options = GROUPED[name](np.random.default_rng(3))
+    q, k, v, dout = problem(4, np.float16, L=256, S=256)
+    check = Problem(q, k, v, options, "test")
+    p = check._prepared(ar.attention_backward, options, np.float16)
+    tasks = units(p)[0]
+    assert [t[-1] for t in tasks] == [slice(0, 2), slice(2, 4)] * 2 and [t[0] for t in tasks] == [0, 0, 1, 1]
+    wide = [a.astype(np.float64) for a in (q, k, v, dout)]
+    reference, _, naive = check.forward(np.dtype(np.float16), True)
+    np.testing.assert_allclose(reference, ar.scaled_dot_product_attention(*wide[:3], **options), rtol=0, atol=1e-13)
+    whole = _naive_attention(q, k, v, np.dtype(np.float16), options).astype(np.float32)
+    assert np.max(np.abs(naive.astype(np.float32) - whole)) <= 2.0**-10 * np.max(np.abs(whole))
+    grads, _, baselines = check.grads_pass(dout, [np.dtype(np.float16)], True, dbias="bias" in options)
+    want = ar.attention_backward(*wide, **options)
+    whole = _naive_backward(q, k, v, dout, np.dtype(np.float16), options)
+    for field in ("dq", "dk", "dv", "dbias", "dsinks"):
+        if getattr(want, field) is None:
+            continue
+        expected = getattr(want, field)
+        np.testing.assert_allclose(getattr(grads, field), expected, rtol=0,
+                                   atol=1e-12 * max(1.0, np.max(np.abs(expected))), err_msg=field)
+        got, base = getattr(baselines[np.dtype(np.float16)], field).astype(np.float32), getattr(whole, field)
+        assert np.max(np.abs(got - base)) <= 2.0**-9 * np.max(np.abs(base)), field
