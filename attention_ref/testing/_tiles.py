@@ -177,9 +177,9 @@ def reference_blocks(u, dout=None, *, out=True, magnitude=False, dbias=None) -> 
                 total += sink_e
             safe = np.where(total > 0, total, 1.0)
             result.lse[..., rows] = np.where(total > 0, shift + np.log(safe), -np.inf)
-            weights /= safe[..., None]
             if not (out or grads):
-                continue
+                continue  # the log-sum-exp is all that was asked for
+            weights /= safe[..., None]
             dropped = weights if keep is None else weights * keep[..., rows, cols] / (1.0 - u.dropout_p)
             o = np.matmul(dropped, v[..., cols, :], out=result.out[..., rows, :])
             if not grads:
