@@ -1,9 +1,10 @@
 """Rounding float32 arrays to bfloat16 or float16 (and back to float32) by bit operations.
 
-The baselines round every step to the kernel's dtype: ``x.astype(dtype).astype(np.float32)``. For bfloat16
-that conversion runs through ml_dtypes one element at a time, and NumPy's float16 conversion is scalar code
-too (about 3 ns an element): a check of a few million scores spends more time there than in its products.
-`round_to` gives the same bits with a few vectorised passes over the float32 array:
+The baselines round every step to the kernel's dtype: ``x.astype(dtype).astype(np.float32)``. NumPy's
+float16 conversion is scalar code (3 to 5 ns an element, measured here), ml_dtypes' bfloat16 cast a loop
+over the elements (about 0.4 ns). `round_to` gives the same bits with a few vectorised passes over
+64K-element parts of the float32 array, which stay in cache: 2 to 4 times faster than the float16
+conversion, and up to 2 times faster than the bfloat16 cast (as fast, from a few million elements on):
 
 - bfloat16 keeps the top 16 bits of a float32: adding ``0x7fff`` plus the lowest kept bit to the bits and
   clearing the low half rounds to nearest, ties to even (subnormals, overflow to infinity and infinities
