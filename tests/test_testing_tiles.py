@@ -167,3 +167,20 @@ def test_groups_of_heads_are_the_whole_array_computation(name, monkeypatch):
                                    atol=1e-12 * max(1.0, np.max(np.abs(expected))), err_msg=field)
         got, base = getattr(baselines[np.dtype(np.float16)], field).astype(np.float32), getattr(whole, field)
         assert np.max(np.abs(got - base)) <= 2.0**-9 * np.max(np.abs(base)), field
+
+
+def test_query_blocks_the_window_gives_no_key_are_zeros_and_minus_infinity():
+    """Rows 68 on see no key of the window (4, 0) over 64 keys: their blocks write zeros and -inf (the results
+    start unset), and the gradients of those rows are zeros."""
+    q, k, v, dout = problem(5, np.float16, L=256, S=64)
+    options = {"window": (4, 0)}
+    check = Problem(q, k, v, options, "test")
+    reference, lse, _ = check.forward(np.dtype(np.float16), True)
+    wide = [a.astype(np.float64) for a in (q, k, v, dout)]
+    want, want_lse = ar.scaled_dot_product_attention(*wide[:3], return_lse=True, **options)
+    assert np.all(reference[..., 68:, :] == 0) and np.all(lse[..., 68:] == -np.inf)
+    np.testing.assert_allclose(reference, want, rtol=0, atol=1e-13)
+    np.testing.assert_array_equal(lse[..., 68:], want_lse[..., 68:])
+    grads = check.grads_pass(dout, [np.dtype(np.float16)], True, dbias=False)[0]
+    assert np.all(grads.dq[..., 68:, :] == 0)
+    np.testing.assert_allclose(grads.dq, ar.attention_backward(*wide, **options).dq, rtol=0, atol=1e-12)

@@ -148,9 +148,12 @@ def reference_blocks(u, dout=None, *, out=True, magnitude=False, dbias=None) -> 
     keep = u.keep((*batch, L, S)) if u.has_dropout else None
     inside = dataclasses.replace(u, window=None)  # blocks wholly inside the window need no band
     grads = dout is not None
-    result = Reference(np.zeros((*batch, L, Ev)) if out or grads else None, np.full((*batch, L), -np.inf), 0.0)
+    # every block writes its rows of the output, log-sum-exp and dq (np.empty: no pass zeroing them first);
+    # dk and dv are sums over the blocks
+    result = Reference(np.empty((*batch, L, Ev)) if out or grads else None, np.empty((*batch, L)), 0.0)
     if grads:
-        result.dq, result.dk, result.dv = (np.zeros(batch + shape) for shape in ((L, E), (S, E), (S, Ev)))
+        result.dq = np.empty((*batch, L, E))
+        result.dk, result.dv = (np.zeros(batch + shape) for shape in ((S, E), (S, Ev)))
         result.dsinks = None if sinks is None else np.zeros(batch)
     block = block_rows(L, S, 8, threads=1, banded=u.window is not None)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
