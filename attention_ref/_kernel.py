@@ -34,7 +34,7 @@ MIN_BLOCK_ROWS = 64
 #: blocks' key ranges follow the band closely: at 8 blocks a causal call computes 56 % of the scores.
 BANDED_BLOCKS = 8
 #: Below this much work (score entries computed plus key and value entries read) threads cost more than they save.
-_PARALLEL_MIN = 1 << 20
+PARALLEL_MIN = 1 << 20
 #: Below this many score entries the dense kernel subtracts the row maximum rather than bounding the scores.
 _BOUND_MIN = 1 << 14
 
@@ -42,7 +42,7 @@ _pool: ThreadPoolExecutor | None = None
 _blas_controller = None
 
 
-def _one_blas_thread():
+def one_blas_thread():
     """Context manager limiting BLAS to one thread while our own threads run.
 
     Two Python threads each calling a multi-threaded BLAS oversubscribe the
@@ -98,14 +98,14 @@ def run_blocks(fn, tasks, work: int, threads: int | None = None) -> None:
     The tasks must be independent (they write disjoint parts of an output).
     ``work`` counts the entries the whole call computes or reads (score
     entries, and for the dense kernel key and value entries); below
-    ``_PARALLEL_MIN`` threads cost more than they save. `threads` defaults to
+    ``PARALLEL_MIN`` threads cost more than they save. `threads` defaults to
     `n_threads`. NumPy's error state is thread-local, so `fn` must set its
     own ``np.errstate``.
     """
     tasks = list(tasks)
     threads = n_threads() if threads is None else threads  # checks ATTENTION_REF_NUM_THREADS
-    pool = _get_pool(threads) if threads > 1 and len(tasks) > 1 and work >= _PARALLEL_MIN else None
-    limit = _one_blas_thread() if pool is not None else None
+    pool = _get_pool(threads) if threads > 1 and len(tasks) > 1 and work >= PARALLEL_MIN else None
+    limit = one_blas_thread() if pool is not None else None
     if pool is None or limit is None:
         for task in tasks:
             fn(task)
@@ -427,7 +427,7 @@ def dense_attention(problem) -> np.ndarray:
     n_heads, outer = (batch[-1], batch[:-1]) if batch else (1, ())
     n_outer = math.prod(outer)
     work = n_batch * S * (L + E + Ev)  # scores computed, keys and values read
-    busy = threads if work >= _PARALLEL_MIN else 1  # below it run_blocks takes the tasks in turn
+    busy = threads if work >= PARALLEL_MIN else 1  # below it run_blocks takes the tasks in turn
     group = heads_per_task(n_heads, min(L, rows_per_block) * S * itemsize, n_row_blocks * n_outer, busy)
     if _one_task(c, n_row_blocks == 1 and group == n_heads, n_outer, busy == 1):
         whole = (slice(None),) * len(batch)

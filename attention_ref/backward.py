@@ -538,6 +538,3 @@ def _draws(rng: np.random.Generator, n_keys: int, dropout_p: float):
 
     return keeps
 
-
-# Kept for attention_ref.testing._tiles until it imports the names above (its body is being edited elsewhere).
-_sum_to, _broadcast_index = sum_to, broadcast_index

@@ -95,11 +95,6 @@ def test_no_module_of_the_package_imports_itself_through_others():
     assert cycle is None, "import circle: " + " -> ".join(cycle)
 
 
-#: Modules another engineer is editing while their imports of private names are renamed (issue 43); their
-#: import lines change when that work merges, and then this set is empty.
-PRIVATE_IMPORTS_PENDING = {"attention_ref.testing._tiles"}
-
-
 def private_imports(source: str, here: str, is_package: bool) -> list[str]:
     """``module.name`` for each private name (``_x``, not a dunder) that `source` imports from a module."""
     found = []
@@ -124,7 +119,6 @@ def test_no_module_imports_a_private_name_of_another():
     known = modules()
     found = []
     for name, (path, is_package) in known.items():
-        if name not in PRIVATE_IMPORTS_PENDING:
-            found += [f"{name}: {target}" for target in
-                      private_imports(path.read_text(encoding="utf-8"), name, is_package) if target not in known]
+        found += [f"{name}: {target}" for target in
+                  private_imports(path.read_text(encoding="utf-8"), name, is_package) if target not in known]
     assert found == []

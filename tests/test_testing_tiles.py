@@ -15,6 +15,7 @@ from attention_ref._attention_problem import prepare_attention, problem_scores
 from attention_ref.testing import assert_attention_close, assert_attention_grads_close
 from attention_ref.testing._baseline import naive_attention, naive_backward
 from attention_ref.testing._problem import Problem
+from attention_ref.testing._tiles import units
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -129,3 +130,58 @@ def test_progress_is_shown_when_asked_and_changes_nothing(tqdm, monkeypatch, cap
     with pytest.raises(AssertionError, match=r"^dq: 16 of 89600 elements .*\n.*\n.*\n.*\nwhere they are:\n"
                                              r"batch 1, head 2: row 5 \(16 elements\)$"):
         assert_attention_grads_close(wrong, q, k, v, dout, is_causal=True, progress=True)
+
+
+GROUPED = {
+    "bias per head, dropout mask": lambda rng: {
+        "bias": rng.standard_normal((4, 256, 256)), "dropout_p": 0.25,
+        "dropout_mask": rng.random((2, 4, 256, 256)) > 0.25},
+    "causal, alibi, sinks": lambda rng: {
+        "is_causal": True, "alibi_slopes": np.array([0.1, 0.2, 0.3, 0.4]), "sinks": np.array([0.0, 1.0, -1.0, 2.0])},
+}
+
+
+@pytest.mark.parametrize("name", list(GROUPED))
+def test_groups_of_heads_are_the_whole_array_computation(name, monkeypatch):
+    """A problem of 2^19 scores on two threads runs as four tasks of two heads; per-head arrays (bias, dropout
+    mask, ALiBi slopes, sinks) follow each group, the bias's gradient sums over them."""
+    monkeypatch.setenv("ATTENTION_REF_NUM_THREADS", "2")
+    options = GROUPED[name](np.random.default_rng(3))
+    q, k, v, dout = problem(4, np.float16, L=256, S=256)
+    check = Problem(q, k, v, options, "test")
+    p = check.variant.prepared(check, ar.attention_backward, options, np.float16)
+    tasks = units(p)[0]
+    assert [t[-1] for t in tasks] == [slice(0, 2), slice(2, 4)] * 2 and [t[0] for t in tasks] == [0, 0, 1, 1]
+    wide = [a.astype(np.float64) for a in (q, k, v, dout)]
+    reference, _, naive = check.forward(np.dtype(np.float16), True)
+    np.testing.assert_allclose(reference, ar.scaled_dot_product_attention(*wide[:3], **options), rtol=0, atol=1e-13)
+    whole = naive_attention(q, k, v, np.dtype(np.float16), options).astype(np.float32)
+    assert np.max(np.abs(naive.astype(np.float32) - whole)) <= 2.0**-10 * np.max(np.abs(whole))
+    grads, _, baselines = check.grads_pass(dout, [np.dtype(np.float16)], True, dbias="bias" in options)
+    want = ar.attention_backward(*wide, **options)
+    whole = naive_backward(q, k, v, dout, np.dtype(np.float16), options)
+    for field in ("dq", "dk", "dv", "dbias", "dsinks"):
+        if getattr(want, field) is None:
+            continue
+        expected = getattr(want, field)
+        np.testing.assert_allclose(getattr(grads, field), expected, rtol=0,
+                                   atol=1e-12 * max(1.0, np.max(np.abs(expected))), err_msg=field)
+        got, base = getattr(baselines[np.dtype(np.float16)], field).astype(np.float32), getattr(whole, field)
+        assert np.max(np.abs(got - base)) <= 2.0**-9 * np.max(np.abs(base)), field
+
+
+def test_query_blocks_the_window_gives_no_key_are_zeros_and_minus_infinity():
+    """Rows 68 on see no key of the window (4, 0) over 64 keys: their blocks write zeros and -inf (the results
+    start unset), and the gradients of those rows are zeros."""
+    q, k, v, dout = problem(5, np.float16, L=256, S=64)
+    options = {"window": (4, 0)}
+    check = Problem(q, k, v, options, "test")
+    reference, lse, _ = check.forward(np.dtype(np.float16), True)
+    wide = [a.astype(np.float64) for a in (q, k, v, dout)]
+    want, want_lse = ar.scaled_dot_product_attention(*wide[:3], return_lse=True, **options)
+    assert np.all(reference[..., 68:, :] == 0) and np.all(lse[..., 68:] == -np.inf)
+    np.testing.assert_allclose(reference, want, rtol=0, atol=1e-13)
+    np.testing.assert_array_equal(lse[..., 68:], want_lse[..., 68:])
+    grads = check.grads_pass(dout, [np.dtype(np.float16)], True, dbias=False)[0]
+    assert np.all(grads.dq[..., 68:, :] == 0)
+    np.testing.assert_allclose(grads.dq, ar.attention_backward(*wide, **options).dq, rtol=0, atol=1e-12)

@@ -15,11 +15,12 @@ from .._attention_problem import prepare_attention
 from .._validation import as_real_array
 from ..backward import AttentionGrads, finish_grads
 from ..flex import tile_mask, tile_score
+from ._rounding import round_to
 
 __all__: list[str] = []  # private module
 
 
-def _rounding(dtype: np.dtype, fused: bool = False):
+def rounding(dtype: np.dtype, fused: bool = False):
     """``(rnd, inner, work)``: rounding to `dtype`, the rounding of the inner steps, and the working dtype.
 
     In float16 and bfloat16 every step is computed in float32 (``work``) and ``rnd`` rounds it to `dtype`.
@@ -32,7 +33,9 @@ def _rounding(dtype: np.dtype, fused: bool = False):
     work = np.dtype(np.float32) if rounds else dtype
 
     def rnd(x):
-        return x.astype(dtype).astype(work) if rounds else x.astype(work, copy=False)
+        if not rounds:
+            return x.astype(work, copy=False)
+        return round_to(x, dtype) if x.dtype == work else x.astype(dtype).astype(work)
 
     def keep(x):
         return x.astype(work, copy=False)
@@ -51,24 +54,30 @@ def _naive_softmax(s, sinks, rnd, work):
     if sinks is not None:
         top = np.maximum(top, sinks)
     top = np.where(np.isfinite(top), top, 0.0).astype(work)
-    e = rnd(np.exp(rnd(s - top)))
+    e = rnd(s - top)
+    e = rnd(np.exp(e, out=e))  # in place: `e` is this function's own array
     total = e.sum(axis=-1, keepdims=True)
     if sinks is not None:
         sink_e = rnd(np.exp(rnd(sinks - top)))
         total = total + sink_e
     total = rnd(total)
     safe_total = np.where(total > 0, total, 1.0)
-    weights = rnd(e / safe_total)  # rows with no allowed key: zeros
+    weights = rnd(np.divide(e, safe_total, out=e))  # rows with no allowed key: zeros
     sink_weight = None if sinks is None else rnd(sink_e / safe_total)[..., 0]  # (..., L)
     lse = rnd(top + rnd(np.log(safe_total)))[..., 0]  # (..., L)
     lse[(total == 0)[..., 0]] = -np.inf
     return weights, sink_weight, lse
 
 
+def _into(ufunc, x: np.ndarray, y) -> np.ndarray:
+    """``ufunc(x, y)``, written into `x` (a step's own temporary) where the result has its shape."""
+    return ufunc(x, y, out=x) if np.broadcast_shapes(x.shape, np.shape(y)) == x.shape else ufunc(x, y)
+
+
 def naive_forward_arrays(q, k, v, dtype: np.dtype, options: dict, intermediate=None, fused=True):
     """The naive forward in `dtype`: ``(p, weights, capped, sink_weight, out, lse, kept, exact_weights)``.
 
-    The steps are rounded as `_rounding` says (`fused`: the scores and the softmax in float32).
+    The steps are rounded as `rounding` says (`fused`: the scores and the softmax in float32).
     ``weights`` are those multiplying the values (rounded to `dtype`, and to the `intermediate` dtype, fp8,
     when given: FlashAttention 3's ``intermediate_dtype``); ``exact_weights`` those of the softmax before
     that rounding. ``capped`` is ``tanh(s / c)`` of the soft cap (None without one), ``sink_weight`` each
@@ -89,26 +98,26 @@ def naive_problem(q, k, v, dtype: np.dtype, options: dict):
 def naive_extra(p, dtype: np.dtype) -> np.ndarray | None:
     """The additive term of problem `p` (bias, ALiBi, masks) rounded to `dtype`, as the baseline adds it."""
     extra = p.additive()
-    rnd, _, work = _rounding(dtype)
+    rnd, _, work = rounding(dtype)
     return None if extra is None else rnd(extra.astype(work))  # a bias is an input in the kernel's dtype
 
 
 def naive_forward_of(p, dtype: np.dtype, intermediate=None, fused=True, extra=False):
     """`naive_forward_arrays` of the prepared problem `p` (one (batch, head) of it, or all); `extra`: its
     `naive_extra` when the caller has it (False: computed here)."""
-    rnd, inner, work = _rounding(dtype, fused)
+    rnd, inner, work = rounding(dtype, fused)
     sinks = p.sinks
     capped = None
     with np.errstate(invalid="ignore", over="ignore"):  # overflow to inf and NaN are the baseline's own
         s = inner(p.q.astype(work) @ np.swapaxes(p.k.astype(work), -1, -2))  # (..., L, S)
-        s = inner(s * work.type(p.scale))
+        s = inner(np.multiply(s, work.type(p.scale), out=s))  # in place: `s` is always a new array here
         if p.softcap is not None:
-            tanh = np.tanh(s / work.type(p.softcap))
+            tanh = np.tanh(np.divide(s, work.type(p.softcap), out=s), out=s)
             s, capped = inner(tanh * work.type(p.softcap)), inner(tanh)
         if extra is False:
             extra = naive_extra(p, dtype)
         if extra is not None:
-            s = inner(s + extra)
+            s = inner(_into(np.add, s, extra))
         if sinks is not None:
             sinks = rnd(np.asarray(sinks).astype(work))[..., None, None]
         if p.normalization is not None:  # elementwise (the sigmoid), each step rounded as the scores; no lse
@@ -146,7 +155,7 @@ def naive_backward_of(p, dout, dtype: np.dtype, fused=True, extra=False, dbias=T
     """``(dq, dk, dv, dbias, dsinks)`` of `naive_backward` for the prepared problem `p`, before they are
     summed to the inputs' shapes (`attention_ref.backward.finish_grads`); `extra` as `naive_forward_of`.
     ``dbias`` is None without a bias, or when not asked for (`dbias` False)."""
-    rnd, inner, work = _rounding(dtype, fused)
+    rnd, inner, work = rounding(dtype, fused)
     _, w, capped, sink_weight, out, _, kept, exact = naive_forward_of(p, dtype, fused=fused, extra=extra)
     do = rnd(as_real_array(dout, "dout").astype(work))
     with np.errstate(invalid="ignore", over="ignore"):
@@ -154,12 +163,13 @@ def naive_backward_of(p, dout, dtype: np.dtype, fused=True, extra=False, dbias=T
         dv = rnd(np.swapaxes(dropped, -1, -2) @ do)  # (..., S, Ev)
         dp = inner(do @ np.swapaxes(p.v.astype(work), -1, -2))  # (..., L, S)
         if kept is not None:
-            dp = inner(dp * kept)  # the gradient reaching the weights before dropout
+            dp = inner(_into(np.multiply, dp, kept))  # the gradient reaching the weights before dropout
         delta = inner(np.sum(inner(do * out), axis=-1))  # (..., L)
         if p.normalization is not None:
             dx = p.normalization.score_grad(exact, dp, inner)  # the sigmoid's P (1 - P) dP: the bias's gradient
         else:
-            dx = inner(exact * inner(dp - delta[..., None]))  # the bias's gradient
+            dx = inner(_into(np.subtract, dp, delta[..., None]))  # in place: `dp` is not needed after
+            dx = inner(_into(np.multiply, dx, exact))  # the bias's gradient
         ds = dx if capped is None else inner(dx * inner(1 - inner(capped * capped)))
         ds = rnd(ds)  # the operand of the two products
         dq = rnd(rnd(ds @ p.k.astype(work)) * work.type(p.scale))
@@ -179,7 +189,7 @@ class NaiveFlex:
     """
 
     def __init__(self, q, k, v, dtype: np.dtype, flex, fused=True, unit=None):
-        rnd, inner, work = _rounding(dtype, fused)
+        rnd, inner, work = rounding(dtype, fused)
         self.rnd, self.inner, self.work, self.flex = rnd, inner, work, flex
         q, k, v = (as_real_array(a, name) for a, name in ((q, "q"), (k, "k"), (v, "v")))
         batch, heads = np.arange(q.shape[0]), np.arange(q.shape[1])

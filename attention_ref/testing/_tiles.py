@@ -4,17 +4,21 @@ A check needs, for every query row, the float64 reference (output, log-sum-exp, 
 backward) and the naive baseline in the kernel's dtype. Computed on whole (B, H, L, S) arrays that costs
 memory growing with B * H * L * S and streams every elementwise step through it. Here the problem is cut
 into *units*, one element of the output's batch (a batch entry and a query head, with its key/value head),
-and the units run as tasks on the dense path's thread pool (`attention_ref._kernel.run_blocks`), each task
-writing its own slice of the results:
+and the units run as tasks on the dense path's thread pool (`attention_ref._kernel.run_blocks`), a task
+being a group of heads of one batch entry (one head for long sequences; for short ones as many as the
+dense path's tasks take, `attention_ref._kernel.heads_per_task`, so that their steps run batched while
+both cores have tasks), each task writing its own slice of the results:
 
 - the reference runs in blocks of query rows (`attention_ref._kernel.block_rows`), each block visiting only
   the keys a causal mask or window lets it see (`AttentionProblem.key_range`), with the forward and the
   backward of a block done together: ``dq`` row by row, ``dk`` and ``dv`` accumulated over the blocks;
 - the baseline runs the textbook steps of `._baseline` on the unit whole, so that every product it rounds
-  has the shape it has in the whole-array computation and the baseline is the same, number for number;
+  has the shape it has in the whole-array computation and the baseline is the same, number for number
+  (up to how BLAS, on one thread in the tasks, orders a product's sums: a last bit in a few elements);
   one forward serves ``dq``, ``dk``, ``dv``, ``dbias`` and ``dsinks`` alike.
 
-A small problem runs as one task over every unit at once (the same steps, batched). What falls outside
+A small problem (below `THREADED_SCORES` scores) runs as one task over every unit at once (the same steps,
+batched), BLAS as configured: its baseline is the whole-array computation's, bit for bit. What falls outside
 (non-finite input or scores, which the whole-array code handles as it always has) raises `NotTiled`.
 """
 
@@ -28,8 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from .._kernel import _PARALLEL_MIN, _one_blas_thread, block_rows, n_threads, run_blocks
-from ..backward import _broadcast_index, _sum_to, tile_scores
+from .._kernel import PARALLEL_MIN, block_rows, heads_per_task, n_threads, one_blas_thread, run_blocks
+from ..backward import broadcast_index, sum_to, tile_scores
 from ._baseline import naive_extra, naive_forward_of
 
 __all__: list[str] = []  # private module
@@ -40,6 +44,9 @@ NAIVE_ARRAYS = 12
 #: From this many scores on, a problem run as one task computes its reference with BLAS on one thread
 #: (below, the limit costs more than the products).
 ONE_THREAD_SCORES = 1 << 16
+#: From this many scores on (all units together), a problem with several units runs them as tasks on the
+#: threads: below, a task's steps cost more than the threads save.
+THREADED_SCORES = 1 << 18
 #: The share of the machine's memory a check may plan to hold at once.
 MEMORY_SHARE = 0.5
 
@@ -77,17 +84,21 @@ def fits(L: int, S: int, n_units: int, itemsize: int) -> int:
 
 
 def unit_problem(p, idx):
-    """The problem `p` restricted to the unit `idx` of its output's batch (all of it when `idx` is None)."""
+    """The problem `p` restricted to the unit `idx` of its output's batch (all of it when `idx` is None).
+
+    `idx` indexes every batch axis; its last entry may be a slice (a group of heads, see `units`)."""
     if idx is None:
         return p
 
     def at(arr):
-        return None if arr is None else arr[_broadcast_index(idx, arr.shape[:-2])]
+        return None if arr is None else arr[broadcast_index(idx, arr.shape[:-2])]
 
-    sinks = None if p.sinks is None else p.sinks[_broadcast_index(idx, p.sinks.shape)]
+    batch = p.out_shape[:-2]
+    heads = tuple(len(range(n)[i]) for i, n in zip(idx, batch, strict=True) if isinstance(i, slice))
+    sinks = None if p.sinks is None else p.sinks[broadcast_index(idx, p.sinks.shape)]
     return dataclasses.replace(p, q=at(p.q), k=at(p.k), v=at(p.v), mask=at(p.mask), bias=at(p.bias),
                                alibi_slopes=at(p.alibi_slopes), sinks=sinks, dropout_mask=at(p.dropout_mask),
-                               out_shape=p.out_shape[-2:])
+                               out_shape=heads + p.out_shape[-2:])
 
 
 def shared_extra(p, dtype):
@@ -113,12 +124,12 @@ class Reference:
     dsinks: Any = None
 
 
-def reference(u, dout=None, *, out=True, magnitude=False, dbias=None, one_blas_thread=False) -> Reference:
-    """`reference_blocks`, with BLAS on one thread when asked (a small problem's tiles, run as one task:
-    `run` limits BLAS for units) and the problem has `ONE_THREAD_SCORES` scores or more."""
-    if not one_blas_thread or int(np.prod(u.out_shape[:-2])) * u.n_queries * u.n_keys < ONE_THREAD_SCORES:
+def reference(u, dout=None, *, out=True, magnitude=False, dbias=None, whole_batch=False) -> Reference:
+    """`reference_blocks`, with BLAS on one thread for the `whole_batch` of a small problem run as one task
+    (`run` limits BLAS for units) that has `ONE_THREAD_SCORES` scores or more."""
+    if not whole_batch or int(np.prod(u.out_shape[:-2])) * u.n_queries * u.n_keys < ONE_THREAD_SCORES:
         return reference_blocks(u, dout, out=out, magnitude=magnitude, dbias=dbias)
-    with _one_blas_thread() or contextlib.nullcontext():
+    with one_blas_thread() or contextlib.nullcontext():
         return reference_blocks(u, dout, out=out, magnitude=magnitude, dbias=dbias)
 
 
@@ -137,9 +148,12 @@ def reference_blocks(u, dout=None, *, out=True, magnitude=False, dbias=None) -> 
     keep = u.keep((*batch, L, S)) if u.has_dropout else None
     inside = dataclasses.replace(u, window=None)  # blocks wholly inside the window need no band
     grads = dout is not None
-    result = Reference(np.zeros((*batch, L, Ev)) if out or grads else None, np.full((*batch, L), -np.inf), 0.0)
+    # every block writes its rows of the output, log-sum-exp and dq (np.empty: no pass zeroing them first);
+    # dk and dv are sums over the blocks
+    result = Reference(np.empty((*batch, L, Ev)) if out or grads else None, np.empty((*batch, L)), 0.0)
     if grads:
-        result.dq, result.dk, result.dv = (np.zeros(batch + shape) for shape in ((L, E), (S, E), (S, Ev)))
+        result.dq = np.empty((*batch, L, E))
+        result.dk, result.dv = (np.zeros(batch + shape) for shape in ((S, E), (S, Ev)))
         result.dsinks = None if sinks is None else np.zeros(batch)
     block = block_rows(L, S, 8, threads=1, banded=u.window is not None)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
@@ -148,16 +162,15 @@ def reference_blocks(u, dout=None, *, out=True, magnitude=False, dbias=None) -> 
             cols = slice(*u.key_range(rows))
             x, capped = tile_scores(q[..., rows, :], k[..., cols, :], u.scale, u.softcap)  # (..., l, s)
             extra = (inside if u.inside_window(rows, cols) else u).additive(rows, cols)
-            if extra is not None:
-                x = x + extra
+            if extra is not None:  # into the block's own scores where the sum has their shape
+                x = np.add(x, extra, out=x) if np.broadcast_shapes(x.shape, extra.shape) == x.shape else x + extra
             top = x.max(axis=-1, initial=-np.inf)  # (..., l)
+            if magnitude:
+                result.magnitude = max(result.magnitude, largest_finite(x, top))
             if sinks is not None:
                 top = np.maximum(top, sinks)
             if not np.all(top < np.inf):  # NaN or +inf: the whole-array computation's business
                 raise NotTiled
-            if magnitude:
-                finite = x[np.isfinite(x)]
-                result.magnitude = max(result.magnitude, float(np.max(np.abs(finite), initial=0.0)))
             shift = np.where(top > -np.inf, top, 0.0)
             x -= shift[..., None]
             weights = np.exp(x, out=x)
@@ -167,12 +180,11 @@ def reference_blocks(u, dout=None, *, out=True, magnitude=False, dbias=None) -> 
                 total += sink_e
             safe = np.where(total > 0, total, 1.0)
             result.lse[..., rows] = np.where(total > 0, shift + np.log(safe), -np.inf)
-            weights /= safe[..., None]
             if not (out or grads):
-                continue
+                continue  # the log-sum-exp is all that was asked for
+            weights /= safe[..., None]
             dropped = weights if keep is None else weights * keep[..., rows, cols] / (1.0 - u.dropout_p)
-            o = dropped @ v[..., cols, :]
-            result.out[..., rows, :] = o
+            o = np.matmul(dropped, v[..., cols, :], out=result.out[..., rows, :])
             if not grads:
                 continue
             do = dout[..., rows, :]
@@ -193,44 +205,67 @@ def reference_blocks(u, dout=None, *, out=True, magnitude=False, dbias=None) -> 
     return result
 
 
+def largest_finite(x: np.ndarray, top: np.ndarray) -> float:
+    """``max |x|`` over the finite entries of `x` (0 without any), given its row maxima `top`.
+
+    By reductions: the largest entry is the largest finite row maximum, the smallest one the minimum, over
+    the entries above ``-inf`` (masked) where there are such. (NaN and ``+inf`` leave the tiles anyway.)"""
+    lo = float(x.min(initial=np.inf))
+    if lo == -np.inf:
+        lo = float(np.min(x, where=x > -np.inf, initial=np.inf))
+    hi = float(np.max(top, where=np.isfinite(top), initial=-np.inf))
+    return max(0.0, hi, -lo)
+
+
 def add_bias_grad(target: np.ndarray, idx, rows: slice, cols: slice, dx: np.ndarray, lock) -> None:
     """Add a block's bias gradient `dx` of unit `idx` (None: every unit) into `target`, the bias's shape."""
     r = rows if target.shape[-2] != 1 else slice(None)
     c = cols if target.shape[-1] != 1 else slice(None)
-    lead = () if idx is None else _broadcast_index(idx, target.shape[:-2])
+    lead = () if idx is None else broadcast_index(idx, target.shape[:-2])
     where: tuple = (*lead, Ellipsis, r, c)
     with lock:  # units may share a bias
         view = target[where]
-        view += _sum_to(dx, view.shape)
+        view += sum_to(dx, view.shape)
 
 
 def units(p, progress: bool = False):
-    """``(tasks, threads, done)``: the units of `p` (one None task for a small problem), the threads to use,
-    and a function each task calls when finished (advancing a progress bar when asked and tqdm is there)."""
+    """``(tasks, threads, done)``: the tasks of `p`, the threads to use, and a function each task calls with
+    its number of units when finished (advancing a progress bar when asked and tqdm is there).
+
+    A small problem is one None task (every unit at once); else a task is a group of heads (the last batch
+    axis, a slice) at one index of the other batch axes, as many heads as `attention_ref._kernel.heads_per_task`
+    puts in one of the dense path's tasks: one head for long sequences, more for short ones, so that their
+    steps run batched while every thread still has tasks to take."""
     batch = p.out_shape[:-2]
     n_units = int(np.prod(batch))
     work = n_units * p.n_queries * p.n_keys
     threads = plan_threads(p, 4)  # the baseline works in float32 (a float64 check runs on whole arrays)
-    tasks = [None] if work < _PARALLEL_MIN or n_units < 2 else list(np.ndindex(*batch))
-    return tasks, threads, progress_bar(len(tasks), progress)
+    if work < THREADED_SCORES or n_units < 2:
+        return [None], threads, progress_bar(1, progress)
+    outer, n_heads = batch[:-1], batch[-1]
+    n_outer = int(np.prod(outer))
+    group = heads_per_task(n_heads, p.n_queries * p.n_keys * 8, n_outer, threads)
+    tasks = [(*o, slice(h, min(n_heads, h + group))) for o in np.ndindex(*outer) for h in range(0, n_heads, group)]
+    return tasks, threads, progress_bar(n_units, progress)
 
 
 def progress_bar(total: int, progress: bool):
-    """A function to call once per finished task: a tqdm bar's update when asked and installed, else nothing."""
+    """A function to call with the units each task finished (`total` in all): a tqdm bar's update when asked
+    and installed, else nothing."""
     if not progress or total < 2:
-        return lambda: None
+        return lambda n: None
     try:
         from tqdm.auto import tqdm
     except ImportError:
-        return lambda: None
+        return lambda n: None
     bar = tqdm(total=total, desc="checking", unit="head", leave=False)
     lock = threading.Lock()
     count = [0]
 
-    def done():
+    def done(n):
         with lock:
-            bar.update(1)
-            count[0] += 1
+            bar.update(n)
+            count[0] += n
             if count[0] == total:
                 bar.close()
 
@@ -240,19 +275,19 @@ def progress_bar(total: int, progress: bool):
 def run(tasks, threads: int, fn, done) -> None:
     """Run ``fn(task)`` for every task on the dense path's threads; `NotTiled` from any task propagates.
 
-    With several tasks (units) BLAS runs on one thread meanwhile, also when they run one after the other:
+    With units (groups of heads) BLAS runs on one thread meanwhile, also when they run one after the other:
     the tiles' products are small, and a multi-threaded BLAS spends more on waking its threads (and, on a
     busy machine, on waiting for them) than the products take. One task (a small problem, every unit at
     once) runs as the whole-array computation did, BLAS as configured."""
     def task(idx):
         fn(idx)
-        done()
+        done(1 if idx is None else idx[-1].stop - idx[-1].start)
 
-    if len(tasks) < 2:
-        task(tasks[0])
+    if tasks == [None]:
+        task(None)
         return
-    with _one_blas_thread() or contextlib.nullcontext():
-        run_blocks(task, tasks, _PARALLEL_MIN, threads=threads)
+    with one_blas_thread() or contextlib.nullcontext():  # also for one group of heads (one thread asked for)
+        run_blocks(task, tasks, PARALLEL_MIN, threads=threads)
 
 
 def naive_forward(u, dtype, fused, intermediate, extra):

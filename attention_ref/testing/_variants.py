@@ -299,7 +299,7 @@ class Softmax(Variant):
         tasks, threads, done = units(p, progress)
 
         def task(idx):
-            r = reference(unit_problem(p, idx), magnitude=magnitude, one_blas_thread=idx is None)
+            r = reference(unit_problem(p, idx), magnitude=magnitude, whole_batch=idx is None)
             ref[at(idx)], lse[at(idx)] = r.out, r.lse
             largest.append(r.magnitude)
             out[at(idx)] = naive_forward(unit_problem(naive_p, idx), dtype, fused, self.fp8, extra)[0]
@@ -337,7 +337,7 @@ class Softmax(Variant):
         tasks, threads, done = units(p, progress)
 
         def task(idx):
-            lse[at(idx)] = reference(unit_problem(p, idx), out=False, one_blas_thread=idx is None).lse
+            lse[at(idx)] = reference(unit_problem(p, idx), out=False, whole_batch=idx is None).lse
             naive[at(idx)] = naive_forward(unit_problem(naive_p, idx), dtype, fused, None, extra)[1]
 
         try:
@@ -380,7 +380,7 @@ class Softmax(Variant):
         def task(idx):
             add = None if target is None else (lambda rows, cols, dx: add_bias_grad(target, idx, rows, cols, dx, lock))
             r = reference(unit_problem(p, idx), dout64[at(idx)], magnitude=magnitude, dbias=add,
-                          one_blas_thread=idx is None)
+                          whole_batch=idx is None)
             for name in ref:
                 ref[name][at(idx)] = getattr(r, name)
             if ref_sinks is not None:
