@@ -105,15 +105,20 @@ class _Tile:
     lse: np.ndarray | None  # (..., l): the rows' log-sum-exp (with the sink), as used; None for the sigmoid
 
 
-def tile_scores(q_rows, k_cols, scale, softcap):
+def tile_scores(q_rows, k_cols, scale, softcap, raw_largest: list | None = None, extra=None):
     """The scaled (and soft-capped) scores of ``q_rows`` (..., l, E) against ``k_cols`` (..., s, E), and
     ``tanh(raw / softcap)`` for the cap's chain rule (None without a cap): ``(scores, capped)``, (..., l, s).
 
+    With a cap, `raw_largest` (a list) gets the largest magnitude of the scores before it appended, over
+    the pairs the tile's additive term `extra` (None: every pair) does not mask with ``-inf``.
     One definition for every tile the backward and the checkers' reference recompute."""
     x = q_rows @ np.swapaxes(k_cols, -1, -2)  # (..., l, s)
     x *= scale
     capped = None
     if softcap is not None:
+        if raw_largest is not None:
+            counted = np.isfinite(x) if extra is None else np.isfinite(x) & (extra > -np.inf)
+            raw_largest.append(float(np.max(np.abs(x), initial=0.0, where=counted)))
         x /= softcap
         capped = np.tanh(x, out=x)
         x = capped * softcap

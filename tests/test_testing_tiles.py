@@ -71,6 +71,9 @@ def test_forward_is_the_whole_array_computation(name, L):
     plain = {key: value for key, value in options.items() if not key.startswith("dropout")}
     scores = problem_scores(prepare_attention(*wide, **plain))
     largest = max(1.0, float(np.max(np.abs(scores[np.isfinite(scores)]))))
+    if "softcap" in options:  # the scores before the cap, of the pairs the softmax sees
+        uncapped = problem_scores(prepare_attention(*wide, **{**plain, "softcap": None}))
+        largest = max(largest, float(np.max(np.abs(uncapped[np.isfinite(scores)]))))
     assert check.score_magnitude() == pytest.approx(largest, rel=1e-12)
 
 

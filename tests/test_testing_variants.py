@@ -134,3 +134,25 @@ def test_each_variants_reference_gives_its_empty_row_value_where_its_lse_says_no
     assert empty[..., [1, 4]].all() and not empty[..., [0, 2, 3]].any()
     assert np.all(out[empty] == check.variant.empty_row)
     assert np.all(out[~empty] != check.variant.empty_row)
+
+
+@pytest.mark.parametrize("tiled", [True, False])
+def test_a_soft_capped_float32_kernel_is_judged_by_its_scores_before_the_cap(tiled, monkeypatch):
+    """With scores in the hundreds capped at 1, a float32 kernel's rounding of a score near 0 passes whole
+    through the cap: the float32 atol scales with the scores before it. A correct blockwise kernel failed 37
+    of 400 such seeds when it scaled with the capped scores (at most 1); a 0.1 % error still fails."""
+    if not tiled:
+        monkeypatch.setattr(Softmax, "tiled", False)
+    for seed in range(40):
+        rng = np.random.default_rng(seed)
+        q, k = ((10 * rng.standard_normal((1, 2, 24, 32))).astype(np.float32) for _ in range(2))
+        v = rng.standard_normal((1, 2, 24, 8)).astype(np.float32)
+        options = {"is_causal": True, "softcap": 1.0}
+        out = ar.blockwise_attention(q, k, v, **options)
+        assert_attention_close(out, q, k, v, **options)
+        raw = np.tril(np.abs(q.astype(np.float64) @ np.swapaxes(k, -1, -2).astype(np.float64))).max() / np.sqrt(32)
+        check = Problem(q, k, v, options, "test")
+        check.forward(np.dtype(np.float32), True, magnitude=tiled)
+        assert check.score_magnitude() == pytest.approx(raw, rel=1e-12)  # the causal pairs' scores before the cap
+        with pytest.raises(AssertionError):
+            assert_attention_close(out * np.float32(1.001), q, k, v, **options)

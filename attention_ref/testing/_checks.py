@@ -214,7 +214,8 @@ def assert_attention_close(actual, q, k, v, *, factor=2.0, atol=None, dtype=None
     ``dq``, ``dk`` and ``dv`` together, and in float32 and float64, where a
     kernel's rounding of a large score moves its weights as much as the
     baseline's own, :math:`u` is multiplied by the largest score magnitude
-    (at least 1):
+    (at least 1; with ``softcap``, of the scores before the cap, where the
+    kernel rounds them):
 
     ========  =================  ==========  ===============  ===========
     dtype     :math:`\epsilon`   output      log-sum-exp      gradients

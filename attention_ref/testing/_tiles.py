@@ -138,7 +138,8 @@ def reference_blocks(u, dout=None, *, out=True, magnitude=False, dbias=None) -> 
 
     With `dout` the backward too: ``dq`` (per expanded head), ``dk`` and ``dv`` (per query head, before
     the group sums), ``dsinks`` per batch element; `dbias` is called as ``dbias(rows, cols, dx)`` with
-    each block's bias gradient. `magnitude`: also the largest finite score magnitude (else 0).
+    each block's bias gradient. `magnitude`: also the largest finite score magnitude (else 0), with a soft
+    cap the larger of the scores' before and after it (a kernel rounds the score before the cap).
     Raises `NotTiled` on a NaN or infinite row maximum.
     """
     batch = u.out_shape[:-2]
@@ -160,13 +161,15 @@ def reference_blocks(u, dout=None, *, out=True, magnitude=False, dbias=None) -> 
         for r0 in range(0, L, block):
             rows = slice(r0, min(L, r0 + block))
             cols = slice(*u.key_range(rows))
-            x, capped = tile_scores(q[..., rows, :], k[..., cols, :], u.scale, u.softcap)  # (..., l, s)
             extra = (inside if u.inside_window(rows, cols) else u).additive(rows, cols)
+            raw: list[float] = []  # with a cap and `magnitude`: the largest score before it, where kernels round
+            x, capped = tile_scores(q[..., rows, :], k[..., cols, :], u.scale, u.softcap,
+                                    raw if magnitude else None, extra)  # (..., l, s)
             if extra is not None:  # into the block's own scores where the sum has their shape
                 x = np.add(x, extra, out=x) if np.broadcast_shapes(x.shape, extra.shape) == x.shape else x + extra
             top = x.max(axis=-1, initial=-np.inf)  # (..., l)
             if magnitude:
-                result.magnitude = max(result.magnitude, largest_finite(x, top))
+                result.magnitude = max(result.magnitude, largest_finite(x, top), *raw)
             if sinks is not None:
                 top = np.maximum(top, sinks)
             if not np.all(top < np.inf):  # NaN or +inf: the whole-array computation's business

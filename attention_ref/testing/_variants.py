@@ -61,7 +61,7 @@ from .._normalization import NORMALIZATIONS, needs_softmax
 from .._options import DROPOUT, NORMALIZATION, OPTIONS
 from .._validation import as_real_array, is_fp8
 from ..attention import scaled_dot_product_attention
-from ..backward import AttentionGrads, attention_backward, checked_array, finish_grads
+from ..backward import AttentionGrads, attention_backward, checked_array, finish_grads, tile_scores
 from ..flex import (
     autograd_derivative,
     block_mask_to_dense,
@@ -236,8 +236,15 @@ class Softmax(Variant):
         return naive_backward(x.q, x.k, x.v, dout, dtype, self.options, fused=fused)
 
     def largest_score(self, x) -> float:
-        scores = problem_scores(prepare_attention(x.q64, x.k64, x.v64, **without(self.plain, DROPOUT)))
-        return float(np.max(np.abs(scores[np.isfinite(scores)]), initial=0.0))
+        """The largest magnitude of the scores the softmax sees and, with a soft cap, of those before it (a
+        kernel rounds a score before capping it, and a score near 0 passes its rounding on whole)."""
+        p = prepare_attention(x.q64, x.k64, x.v64, **without(self.plain, DROPOUT))
+        raw: list[float] = []
+        if p.softcap is not None:
+            with np.errstate(invalid="ignore", over="ignore"):
+                tile_scores(p.q, p.k, p.scale, p.softcap, raw, p.additive())
+        scores = problem_scores(p)
+        return max([float(np.max(np.abs(scores[np.isfinite(scores)]), initial=0.0)), *raw])
 
     def values_mean(self, x) -> np.ndarray:
         values = prepare_attention(x.q64, x.k64, x.v64, **without(self.plain, DROPOUT)).v  # heads repeated

@@ -370,7 +370,10 @@ def _draw_mask(draw, rng, B: int, H: int, L: int, S: int, hard: bool) -> np.ndar
         shapes.append((B, 1, 1, S))  # key padding
     shape = draw(st.sampled_from(shapes), label="mask shape")
     if shape[-2] == 1:
-        return _padding_mask(rng, shape)
+        padding = _padding_mask(rng, shape)
+        if draw(st.booleans(), label="a sequence with no key"):
+            padding[rng.integers(padding.shape[0])] = False  # as often as a dense mask's empty rows, not 1 in S + 1
+        return padding
     mask = rng.random(shape) < draw(st.sampled_from(_DENSITIES), label="mask density")  # shape, True at that rate
     if not hard:
         return mask | np.eye(L, S, dtype=bool)
