@@ -20,7 +20,7 @@ BUILD := docs/_build
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 1700000000)
 export SOURCE_DATE_EPOCH
 
-.PHONY: all lock upgrade-deps venv docs pdf epub docs-clean notebooks serve test test-fast lint bench bench-quick bench-checks bench-catch chromium tex \
+.PHONY: all lock upgrade-deps venv docs pdf epub docs-clean notebooks serve test test-fast lint bench bench-quick bench-checks chromium tex \
 	clean
 
 all: test
@@ -99,12 +99,6 @@ bench: $(TEST_STAMP) bench-checks
 ## What a check of attention_ref.testing costs, beside its GEMM floor and PyTorch's reference (a few minutes).
 bench-checks: $(TEST_STAMP)
 	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(PY) benchmarks/check_speed.py --write benchmarks/check_speed.json
-
-## How often a check catches torch's attention with a 2% (bfloat16) or 0.1% (float32) scale error, and its
-## false alarms, over 300 derandomized property draws (a few seconds; printed, not recorded).
-bench-catch: $(TEST_STAMP)
-	$(PY) benchmarks/catch_rates.py --draws 300
-	$(PY) benchmarks/catch_rates.py --draws 300 --benign
 
 ## The oracle shapes only (no long runs, best of 3), printed, not recorded: under a minute.
 bench-quick: $(TEST_STAMP)
