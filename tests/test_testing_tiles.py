@@ -13,7 +13,7 @@ import pytest
 import attention_ref as ar
 from attention_ref._attention_problem import prepare_attention, problem_scores
 from attention_ref.testing import assert_attention_close, assert_attention_grads_close
-from attention_ref.testing._baseline import naive_attention, naive_backward
+from attention_ref.testing._baseline import naive_attention, naive_backward, naive_forward_arrays
 from attention_ref.testing._problem import Problem
 from attention_ref.testing._tiles import units
 
@@ -75,6 +75,23 @@ def test_forward_is_the_whole_array_computation(name, L):
         uncapped = problem_scores(prepare_attention(*wide, **{**plain, "softcap": None}))
         largest = max(largest, float(np.max(np.abs(uncapped[np.isfinite(scores)]))))
     assert check.score_magnitude() == pytest.approx(largest, rel=1e-12)
+
+
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "textbook"])
+@pytest.mark.parametrize("name", list(OPTIONS))
+def test_log_sum_exp_pass_is_the_whole_array_computation(name, fused):
+    """The log-sum-exp check's baseline stops at the log-sum-exp: the whole forward's, number for number."""
+    options, Hkv = _case(name, 96)
+    q, k, v, _ = problem(2, BF16, Hkv=Hkv)
+    check = Problem(q, k, v, options, "test")
+    reference, naive = check.lse_pass(np.dtype(np.float16), fused)
+    wide = [a.astype(np.float64) for a in (q, k, v)]
+    plain = {key: value for key, value in options.items() if not key.startswith("dropout")}
+    np.testing.assert_allclose(reference, ar.scaled_dot_product_attention(*wide, return_lse=True, **plain)[1],
+                               rtol=0, atol=1e-12)
+    whole = naive_forward_arrays(*wide, np.dtype(np.float16), plain, fused=fused)[5]
+    np.testing.assert_array_equal(naive, np.broadcast_to(whole, naive.shape))
+    np.testing.assert_array_equal(np.isneginf(naive), np.isneginf(reference))  # the rows with no allowed key
 
 
 @pytest.mark.parametrize("L", [96, 700], ids=["one task", "units"])

@@ -43,18 +43,19 @@ def rounding(dtype: np.dtype, fused: bool = False):
     return rnd, (keep if fused else rnd), work
 
 
-def _naive_softmax(s, sinks, rnd, work):
+def _naive_softmax(s, sinks, rnd, work, weights=True, scratch=False):
     """``(weights, sink_weight, lse)`` of scores `s` (..., L, S), every step rounded by `rnd`.
 
     `sinks` (..., 1, 1) or None joins each row's denominator; ``sink_weight`` (..., L) is its weight (None
     without sinks). A row whose denominator is zero (no allowed key, no sink) gets zero weights and an
-    ``lse`` of ``-inf``.
+    ``lse`` of ``-inf``. Without `weights` only ``lse`` is computed (the weights and ``sink_weight`` are None).
+    With `scratch` the caller gives `s` up: ``s - m`` is written into it (one (L, S) array fewer at once).
     """
     top = s.max(axis=-1, keepdims=True, initial=-np.inf)  # (..., L, 1)
     if sinks is not None:
         top = np.maximum(top, sinks)
     top = np.where(np.isfinite(top), top, 0.0).astype(work)
-    e = rnd(s - top)
+    e = rnd(np.subtract(s, top, out=s) if scratch else s - top)
     e = rnd(np.exp(e, out=e))  # in place: `e` is this function's own array
     total = e.sum(axis=-1, keepdims=True)
     if sinks is not None:
@@ -62,10 +63,12 @@ def _naive_softmax(s, sinks, rnd, work):
         total = total + sink_e
     total = rnd(total)
     safe_total = np.where(total > 0, total, 1.0)
-    weights = rnd(np.divide(e, safe_total, out=e))  # rows with no allowed key: zeros
-    sink_weight = None if sinks is None else rnd(sink_e / safe_total)[..., 0]  # (..., L)
     lse = rnd(top + rnd(np.log(safe_total)))[..., 0]  # (..., L)
     lse[(total == 0)[..., 0]] = -np.inf
+    if not weights:
+        return None, None, lse
+    weights = rnd(np.divide(e, safe_total, out=e))  # rows with no allowed key: zeros
+    sink_weight = None if sinks is None else rnd(sink_e / safe_total)[..., 0]  # (..., L)
     return weights, sink_weight, lse
 
 
@@ -102,9 +105,10 @@ def naive_extra(p, dtype: np.dtype) -> np.ndarray | None:
     return None if extra is None else rnd(extra.astype(work))  # a bias is an input in the kernel's dtype
 
 
-def naive_forward_of(p, dtype: np.dtype, intermediate=None, fused=True, extra=False):
+def naive_forward_of(p, dtype: np.dtype, intermediate=None, fused=True, extra=False, lse_only=False):
     """`naive_forward_arrays` of the prepared problem `p` (one (batch, head) of it, or all); `extra`: its
-    `naive_extra` when the caller has it (False: computed here)."""
+    `naive_extra` when the caller has it (False: computed here). With `lse_only` (a softmax's log-sum-exp
+    is all the caller needs) the steps stop there: the weights, ``out`` and ``kept`` are None."""
     rnd, inner, work = rounding(dtype, fused)
     sinks = p.sinks
     capped = None
@@ -123,7 +127,9 @@ def naive_forward_of(p, dtype: np.dtype, intermediate=None, fused=True, extra=Fa
         if p.normalization is not None:  # elementwise (the sigmoid), each step rounded as the scores; no lse
             exact, sink_weight, lse = p.normalization.weights(s, inner), None, None
         else:
-            exact, sink_weight, lse = _naive_softmax(s, sinks, inner, work)
+            exact, sink_weight, lse = _naive_softmax(s, sinks, inner, work, weights=not lse_only, scratch=True)
+        if lse_only:
+            return p, None, capped, None, None, lse, None, None
         weights = rnd(exact)
         if intermediate is not None:
             weights = weights.astype(intermediate).astype(work)

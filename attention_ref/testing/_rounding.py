@@ -58,10 +58,10 @@ def _by_chunks(x: np.ndarray, step) -> np.ndarray:
     """``step(x_part, out_part, scratch)`` over `CHUNK`-element parts of `x`: each part's passes run in cache."""
     flat = x.reshape(-1)
     out = np.empty(flat.shape, np.float32)
-    scratch = np.empty(min(flat.size, CHUNK), np.uint32)
+    scratch = np.empty(min(flat.size, CHUNK), np.uint32) if step is _to_float16 else None  # bfloat16 needs none
     for start in range(0, flat.size, CHUNK):
         part = slice(start, start + CHUNK)
-        step(flat[part], out[part], scratch[: out[part].size])
+        step(flat[part], out[part], None if scratch is None else scratch[: out[part].size])
     return out.reshape(x.shape)
 
 

@@ -293,9 +293,10 @@ def run(tasks, threads: int, fn, done) -> None:
         run_blocks(task, tasks, PARALLEL_MIN, threads=threads)
 
 
-def naive_forward(u, dtype, fused, intermediate, extra):
-    """The baseline's ``(out, lse)`` of unit `u` (`._baseline.naive_forward_of`)."""
-    _, _, _, _, out, lse, _, _ = naive_forward_of(u, dtype, intermediate, fused, extra=extra)
+def naive_forward(u, dtype, fused, intermediate, extra, lse_only=False):
+    """The baseline's ``(out, lse)`` of unit `u` (`._baseline.naive_forward_of`); with `lse_only` ``out``
+    is None (the steps stop at the log-sum-exp)."""
+    _, _, _, _, out, lse, _, _ = naive_forward_of(u, dtype, intermediate, fused, extra=extra, lse_only=lse_only)
     return out, lse
 
 
