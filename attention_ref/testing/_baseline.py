@@ -94,8 +94,8 @@ def naive_forward_arrays(q, k, v, dtype: np.dtype, options: dict, intermediate=N
 
 def naive_problem(q, k, v, dtype: np.dtype, options: dict):
     """The `attention_ref.attention.AttentionProblem` of `q`, `k`, `v` rounded to `dtype`, with `options`."""
-    q, k, v = (as_real_array(a, name).astype(dtype) for a, name in ((q, "q"), (k, "k"), (v, "v")))
-    return prepare_attention(q, k, v, **options)  # the package's own masks, window, bias and ALiBi
+    q, k, v = (as_real_array(a, name).astype(dtype, copy=False) for a, name in ((q, "q"), (k, "k"), (v, "v")))
+    return prepare_attention(q, k, v, **options)  # the package's own masks, window, bias and ALiBi (read only)
 
 
 def naive_extra(p, dtype: np.dtype) -> np.ndarray | None:
@@ -105,15 +105,18 @@ def naive_extra(p, dtype: np.dtype) -> np.ndarray | None:
     return None if extra is None else rnd(extra.astype(work))  # a bias is an input in the kernel's dtype
 
 
-def naive_forward_of(p, dtype: np.dtype, intermediate=None, fused=True, extra=False, lse_only=False):
+def naive_forward_of(p, dtype: np.dtype, intermediate=None, fused=True, extra=False, lse_only=False,
+                     keep_exact=True):
     """`naive_forward_arrays` of the prepared problem `p` (one (batch, head) of it, or all); `extra`: its
     `naive_extra` when the caller has it (False: computed here). With `lse_only` (a softmax's log-sum-exp
-    is all the caller needs) the steps stop there: the weights, ``out`` and ``kept`` are None."""
+    is all the caller needs) the steps stop there: the weights, ``out`` and ``kept`` are None. Without
+    `keep_exact` (a caller that needs no ``exact_weights``, which are then not meaningful) the weights may
+    be rounded in their place."""
     rnd, inner, work = rounding(dtype, fused)
     sinks = p.sinks
     capped = None
     with np.errstate(invalid="ignore", over="ignore"):  # overflow to inf and NaN are the baseline's own
-        s = inner(p.q.astype(work) @ np.swapaxes(p.k.astype(work), -1, -2))  # (..., L, S)
+        s = inner(p.q.astype(work, copy=False) @ np.swapaxes(p.k.astype(work, copy=False), -1, -2))  # (..., L, S)
         s = inner(np.multiply(s, work.type(p.scale), out=s))  # in place: `s` is always a new array here
         if p.softcap is not None:
             tanh = np.tanh(np.divide(s, work.type(p.softcap), out=s), out=s)
@@ -130,13 +133,13 @@ def naive_forward_of(p, dtype: np.dtype, intermediate=None, fused=True, extra=Fa
             exact, sink_weight, lse = _naive_softmax(s, sinks, inner, work, weights=not lse_only, scratch=True)
         if lse_only:
             return p, None, capped, None, None, lse, None, None
-        weights = rnd(exact)
+        weights = rnd(exact) if keep_exact or exact.dtype == dtype else round_to(exact, dtype, in_place=True)
         if intermediate is not None:
             weights = weights.astype(intermediate).astype(work)
         kept = None
         if p.has_dropout:  # only with a given mask: the checkers take no generator
             kept = p.keep(weights.shape) * work.type(1.0 / (1.0 - p.dropout_p))  # (..., L, S)
-        out = rnd((weights if kept is None else rnd(weights * kept)) @ p.v.astype(work))  # (..., L, Ev)
+        out = rnd((weights if kept is None else rnd(weights * kept)) @ p.v.astype(work, copy=False))  # (..., L, Ev)
     return p, weights, capped, sink_weight, out, lse, kept, exact
 
 
@@ -167,7 +170,7 @@ def naive_backward_of(p, dout, dtype: np.dtype, fused=True, extra=False, dbias=T
     with np.errstate(invalid="ignore", over="ignore"):
         dropped = w if kept is None else rnd(w * kept)
         dv = rnd(np.swapaxes(dropped, -1, -2) @ do)  # (..., S, Ev)
-        dp = inner(do @ np.swapaxes(p.v.astype(work), -1, -2))  # (..., L, S)
+        dp = inner(do @ np.swapaxes(p.v.astype(work, copy=False), -1, -2))  # (..., L, S)
         if kept is not None:
             dp = inner(_into(np.multiply, dp, kept))  # the gradient reaching the weights before dropout
         delta = inner(np.sum(inner(do * out), axis=-1))  # (..., L)
@@ -178,8 +181,8 @@ def naive_backward_of(p, dout, dtype: np.dtype, fused=True, extra=False, dbias=T
             dx = inner(_into(np.multiply, dx, exact))  # the bias's gradient
         ds = dx if capped is None else inner(dx * inner(1 - inner(capped * capped)))
         ds = rnd(ds)  # the operand of the two products
-        dq = rnd(rnd(ds @ p.k.astype(work)) * work.type(p.scale))
-        dk = rnd(rnd(np.swapaxes(ds, -1, -2) @ p.q.astype(work)) * work.type(p.scale))
+        dq = rnd(rnd(ds @ p.k.astype(work, copy=False)) * work.type(p.scale))
+        dk = rnd(rnd(np.swapaxes(ds, -1, -2) @ p.q.astype(work, copy=False)) * work.type(p.scale))
         dsinks = None if sink_weight is None else rnd(-np.sum(inner(sink_weight * delta), axis=-1))
     return dq, dk, dv, rnd(dx) if dbias and p.bias is not None else None, dsinks
 

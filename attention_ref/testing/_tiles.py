@@ -296,7 +296,8 @@ def run(tasks, threads: int, fn, done) -> None:
 def naive_forward(u, dtype, fused, intermediate, extra, lse_only=False):
     """The baseline's ``(out, lse)`` of unit `u` (`._baseline.naive_forward_of`); with `lse_only` ``out``
     is None (the steps stop at the log-sum-exp)."""
-    _, _, _, _, out, lse, _, _ = naive_forward_of(u, dtype, intermediate, fused, extra=extra, lse_only=lse_only)
+    _, _, _, _, out, lse, _, _ = naive_forward_of(u, dtype, intermediate, fused, extra=extra, lse_only=lse_only,
+                                          keep_exact=False)
     return out, lse
 
 
