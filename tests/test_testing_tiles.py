@@ -190,6 +190,22 @@ def test_groups_of_heads_are_the_whole_array_computation(name, monkeypatch):
         assert np.max(np.abs(got - base)) <= 2.0**-9 * np.max(np.abs(base)), field
 
 
+@pytest.mark.parametrize("L, tasks", [(256, [slice(0, 2), slice(2, 4)]), (512, [slice(h, h + 1) for h in range(4)])])
+def test_short_heads_are_grouped_up_to_a_task_s_worth(L, tasks, monkeypatch):
+    """One batch entry of four heads on two threads: heads of 256 x 256 scores go two to a task (`TASK_SCORES`),
+    longer ones one to a task; the baseline is the whole-array computation's, the reference the package's."""
+    monkeypatch.setenv("ATTENTION_REF_NUM_THREADS", "2")
+    q, k, v, _ = problem(5, BF16, B=1, L=L, S=L)
+    check = Problem(q, k, v, {"is_causal": True}, "test")
+    p = check.variant.prepared(check, ar.scaled_dot_product_attention, {"is_causal": True}, BF16)
+    assert [t[-1] for t in units(p)[0]] == tasks
+    reference, _, naive = check.forward(BF16, True)
+    wide = [a.astype(np.float64) for a in (q, k, v)]
+    np.testing.assert_allclose(reference, ar.scaled_dot_product_attention(*wide, is_causal=True), rtol=0, atol=1e-13)
+    whole = naive_attention(q, k, v, BF16, {"is_causal": True}).astype(np.float32)
+    assert np.max(np.abs(naive.astype(np.float32) - whole)) <= 2.0**-7 * np.max(np.abs(whole))
+
+
 def test_query_blocks_the_window_gives_no_key_are_zeros_and_minus_infinity():
     """Rows 68 on see no key of the window (4, 0) over 64 keys: their blocks write zeros and -inf (the results
     start unset), and the gradients of those rows are zeros."""
