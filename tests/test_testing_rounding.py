@@ -100,3 +100,19 @@ def test_round_to_leaves_its_input_alone_and_the_baselines_use_it():
         wide = x.astype(np.float64)  # rounded once from float64, as the conversion does
         assert_same_bits(rnd(wide), converted(wide, dtype))
     np.testing.assert_array_equal(x, before)
+
+
+@pytest.mark.parametrize("dtype", [BF16, np.dtype(np.float16)], ids=["bfloat16", "float16"])
+def test_rounding_in_place_gives_the_same_bits(dtype):
+    """``in_place``: bfloat16's bit operations write into a contiguous input and return it; float16, a strided
+    input and one below `FAST_MIN` elements get a new array, the input left alone."""
+    ordinary = np.random.default_rng(2).standard_normal(2 * CHUNK + 8).astype(np.float32)
+    ordinary[:4] = [0.0, -0.0, 1 + 2.0**-8, -(1 + 3 * 2.0**-8)]  # a tie to even each way, signed zeros
+    for x, written in ((ordinary, dtype == BF16), (ordinary.reshape(-1, 5)[:, ::2], False),
+                       (ordinary[: FAST_MIN - 1], False)):
+        x = x.copy() if x.flags.c_contiguous else x
+        before, want = x.copy(), converted(x, dtype)
+        got = round_to(x, dtype, in_place=True)
+        assert_same_bits(got, want)
+        assert np.shares_memory(got, x) == written
+        assert_same_bits(x, want if written else before)

@@ -8,7 +8,7 @@ from conftest import require
 
 import attention_ref as ar
 from attention_ref.testing import assert_attention_close, assert_attention_grads_close, assert_lse_close
-from attention_ref.testing._rule import MAX_PLACES, places
+from attention_ref.testing._rule import MAX_PLACES, finite_magnitude, places
 
 
 def qkv(seed=0, shape=(2, 4, 24, 8), dtype=np.float16):
@@ -239,3 +239,16 @@ def test_a_wrong_kv_head_is_named_in_the_report():
     lse[0, 5, 3] += 1.0
     assert where_lines(message(assert_lse_close, lse, q, k, v, enable_gqa=True)) == [
         "batch 0, head 5 (kv head 1): row 3 (1 element)"]
+
+
+def test_finite_magnitude_is_the_largest_finite_absolute_value():
+    x = np.random.default_rng(4).standard_normal((3, 5, 7))
+    x[1, 2, 3] = -9.5  # the largest magnitude is negative
+    assert finite_magnitude(x) == 9.5
+    for bad in (np.nan, np.inf, -np.inf):  # non-finite entries do not count
+        y = x.copy()
+        y[0, 0, 0] = bad
+        assert finite_magnitude(y) == 9.5
+    assert finite_magnitude(np.zeros((2, 0))) == 0.0
+    assert finite_magnitude(np.array([np.nan, -np.inf])) == 0.0
+    assert str(finite_magnitude(-np.zeros(3))) == "0.0"  # never -0.0

@@ -13,7 +13,7 @@ import pytest
 import attention_ref as ar
 from attention_ref._attention_problem import prepare_attention, problem_scores
 from attention_ref.testing import assert_attention_close, assert_attention_grads_close
-from attention_ref.testing._baseline import naive_attention, naive_backward
+from attention_ref.testing._baseline import naive_attention, naive_backward, naive_forward_arrays
 from attention_ref.testing._problem import Problem
 from attention_ref.testing._tiles import units
 
@@ -75,6 +75,23 @@ def test_forward_is_the_whole_array_computation(name, L):
         uncapped = problem_scores(prepare_attention(*wide, **{**plain, "softcap": None}))
         largest = max(largest, float(np.max(np.abs(uncapped[np.isfinite(scores)]))))
     assert check.score_magnitude() == pytest.approx(largest, rel=1e-12)
+
+
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "textbook"])
+@pytest.mark.parametrize("name", list(OPTIONS))
+def test_log_sum_exp_pass_is_the_whole_array_computation(name, fused):
+    """The log-sum-exp check's baseline stops at the log-sum-exp: the whole forward's, number for number."""
+    options, Hkv = _case(name, 96)
+    q, k, v, _ = problem(2, BF16, Hkv=Hkv)
+    check = Problem(q, k, v, options, "test")
+    reference, naive = check.lse_pass(np.dtype(np.float16), fused)
+    wide = [a.astype(np.float64) for a in (q, k, v)]
+    plain = {key: value for key, value in options.items() if not key.startswith("dropout")}
+    np.testing.assert_allclose(reference, ar.scaled_dot_product_attention(*wide, return_lse=True, **plain)[1],
+                               rtol=0, atol=1e-12)
+    whole = naive_forward_arrays(*wide, np.dtype(np.float16), plain, fused=fused)[5]
+    np.testing.assert_array_equal(naive, np.broadcast_to(whole, naive.shape))
+    np.testing.assert_array_equal(np.isneginf(naive), np.isneginf(reference))  # the rows with no allowed key
 
 
 @pytest.mark.parametrize("L", [96, 700], ids=["one task", "units"])
@@ -171,6 +188,22 @@ def test_groups_of_heads_are_the_whole_array_computation(name, monkeypatch):
                                    atol=1e-12 * max(1.0, np.max(np.abs(expected))), err_msg=field)
         got, base = getattr(baselines[np.dtype(np.float16)], field).astype(np.float32), getattr(whole, field)
         assert np.max(np.abs(got - base)) <= 2.0**-9 * np.max(np.abs(base)), field
+
+
+@pytest.mark.parametrize("L, tasks", [(256, [slice(0, 2), slice(2, 4)]), (512, [slice(h, h + 1) for h in range(4)])])
+def test_short_heads_are_grouped_up_to_a_task_s_worth(L, tasks, monkeypatch):
+    """One batch entry of four heads on two threads: heads of 256 x 256 scores go two to a task (`TASK_SCORES`),
+    longer ones one to a task; the baseline is the whole-array computation's, the reference the package's."""
+    monkeypatch.setenv("ATTENTION_REF_NUM_THREADS", "2")
+    q, k, v, _ = problem(5, BF16, B=1, L=L, S=L)
+    check = Problem(q, k, v, {"is_causal": True}, "test")
+    p = check.variant.prepared(check, ar.scaled_dot_product_attention, {"is_causal": True}, BF16)
+    assert [t[-1] for t in units(p)[0]] == tasks
+    reference, _, naive = check.forward(BF16, True)
+    wide = [a.astype(np.float64) for a in (q, k, v)]
+    np.testing.assert_allclose(reference, ar.scaled_dot_product_attention(*wide, is_causal=True), rtol=0, atol=1e-13)
+    whole = naive_attention(q, k, v, BF16, {"is_causal": True}).astype(np.float32)
+    assert np.max(np.abs(naive.astype(np.float32) - whole)) <= 2.0**-7 * np.max(np.abs(whole))
 
 
 def test_query_blocks_the_window_gives_no_key_are_zeros_and_minus_infinity():

@@ -43,18 +43,19 @@ def rounding(dtype: np.dtype, fused: bool = False):
     return rnd, (keep if fused else rnd), work
 
 
-def _naive_softmax(s, sinks, rnd, work):
+def _naive_softmax(s, sinks, rnd, work, weights=True, scratch=False):
     """``(weights, sink_weight, lse)`` of scores `s` (..., L, S), every step rounded by `rnd`.
 
     `sinks` (..., 1, 1) or None joins each row's denominator; ``sink_weight`` (..., L) is its weight (None
     without sinks). A row whose denominator is zero (no allowed key, no sink) gets zero weights and an
-    ``lse`` of ``-inf``.
+    ``lse`` of ``-inf``. Without `weights` only ``lse`` is computed (the weights and ``sink_weight`` are None).
+    With `scratch` the caller gives `s` up: ``s - m`` is written into it (one (L, S) array fewer at once).
     """
     top = s.max(axis=-1, keepdims=True, initial=-np.inf)  # (..., L, 1)
     if sinks is not None:
         top = np.maximum(top, sinks)
     top = np.where(np.isfinite(top), top, 0.0).astype(work)
-    e = rnd(s - top)
+    e = rnd(np.subtract(s, top, out=s) if scratch else s - top)
     e = rnd(np.exp(e, out=e))  # in place: `e` is this function's own array
     total = e.sum(axis=-1, keepdims=True)
     if sinks is not None:
@@ -62,10 +63,12 @@ def _naive_softmax(s, sinks, rnd, work):
         total = total + sink_e
     total = rnd(total)
     safe_total = np.where(total > 0, total, 1.0)
-    weights = rnd(np.divide(e, safe_total, out=e))  # rows with no allowed key: zeros
-    sink_weight = None if sinks is None else rnd(sink_e / safe_total)[..., 0]  # (..., L)
     lse = rnd(top + rnd(np.log(safe_total)))[..., 0]  # (..., L)
     lse[(total == 0)[..., 0]] = -np.inf
+    if not weights:
+        return None, None, lse
+    weights = rnd(np.divide(e, safe_total, out=e))  # rows with no allowed key: zeros
+    sink_weight = None if sinks is None else rnd(sink_e / safe_total)[..., 0]  # (..., L)
     return weights, sink_weight, lse
 
 
@@ -91,8 +94,8 @@ def naive_forward_arrays(q, k, v, dtype: np.dtype, options: dict, intermediate=N
 
 def naive_problem(q, k, v, dtype: np.dtype, options: dict):
     """The `attention_ref.attention.AttentionProblem` of `q`, `k`, `v` rounded to `dtype`, with `options`."""
-    q, k, v = (as_real_array(a, name).astype(dtype) for a, name in ((q, "q"), (k, "k"), (v, "v")))
-    return prepare_attention(q, k, v, **options)  # the package's own masks, window, bias and ALiBi
+    q, k, v = (as_real_array(a, name).astype(dtype, copy=False) for a, name in ((q, "q"), (k, "k"), (v, "v")))
+    return prepare_attention(q, k, v, **options)  # the package's own masks, window, bias and ALiBi (read only)
 
 
 def naive_extra(p, dtype: np.dtype) -> np.ndarray | None:
@@ -102,14 +105,18 @@ def naive_extra(p, dtype: np.dtype) -> np.ndarray | None:
     return None if extra is None else rnd(extra.astype(work))  # a bias is an input in the kernel's dtype
 
 
-def naive_forward_of(p, dtype: np.dtype, intermediate=None, fused=True, extra=False):
+def naive_forward_of(p, dtype: np.dtype, intermediate=None, fused=True, extra=False, lse_only=False,
+                     keep_exact=True):
     """`naive_forward_arrays` of the prepared problem `p` (one (batch, head) of it, or all); `extra`: its
-    `naive_extra` when the caller has it (False: computed here)."""
+    `naive_extra` when the caller has it (False: computed here). With `lse_only` (a softmax's log-sum-exp
+    is all the caller needs) the steps stop there: the weights, ``out`` and ``kept`` are None. Without
+    `keep_exact` (a caller that needs no ``exact_weights``, which are then not meaningful) the weights may
+    be rounded in their place."""
     rnd, inner, work = rounding(dtype, fused)
     sinks = p.sinks
     capped = None
     with np.errstate(invalid="ignore", over="ignore"):  # overflow to inf and NaN are the baseline's own
-        s = inner(p.q.astype(work) @ np.swapaxes(p.k.astype(work), -1, -2))  # (..., L, S)
+        s = inner(p.q.astype(work, copy=False) @ np.swapaxes(p.k.astype(work, copy=False), -1, -2))  # (..., L, S)
         s = inner(np.multiply(s, work.type(p.scale), out=s))  # in place: `s` is always a new array here
         if p.softcap is not None:
             tanh = np.tanh(np.divide(s, work.type(p.softcap), out=s), out=s)
@@ -123,14 +130,16 @@ def naive_forward_of(p, dtype: np.dtype, intermediate=None, fused=True, extra=Fa
         if p.normalization is not None:  # elementwise (the sigmoid), each step rounded as the scores; no lse
             exact, sink_weight, lse = p.normalization.weights(s, inner), None, None
         else:
-            exact, sink_weight, lse = _naive_softmax(s, sinks, inner, work)
-        weights = rnd(exact)
+            exact, sink_weight, lse = _naive_softmax(s, sinks, inner, work, weights=not lse_only, scratch=True)
+        if lse_only:
+            return p, None, capped, None, None, lse, None, None
+        weights = rnd(exact) if keep_exact or exact.dtype == dtype else round_to(exact, dtype, in_place=True)
         if intermediate is not None:
             weights = weights.astype(intermediate).astype(work)
         kept = None
         if p.has_dropout:  # only with a given mask: the checkers take no generator
             kept = p.keep(weights.shape) * work.type(1.0 / (1.0 - p.dropout_p))  # (..., L, S)
-        out = rnd((weights if kept is None else rnd(weights * kept)) @ p.v.astype(work))  # (..., L, Ev)
+        out = rnd((weights if kept is None else rnd(weights * kept)) @ p.v.astype(work, copy=False))  # (..., L, Ev)
     return p, weights, capped, sink_weight, out, lse, kept, exact
 
 
@@ -161,7 +170,7 @@ def naive_backward_of(p, dout, dtype: np.dtype, fused=True, extra=False, dbias=T
     with np.errstate(invalid="ignore", over="ignore"):
         dropped = w if kept is None else rnd(w * kept)
         dv = rnd(np.swapaxes(dropped, -1, -2) @ do)  # (..., S, Ev)
-        dp = inner(do @ np.swapaxes(p.v.astype(work), -1, -2))  # (..., L, S)
+        dp = inner(do @ np.swapaxes(p.v.astype(work, copy=False), -1, -2))  # (..., L, S)
         if kept is not None:
             dp = inner(_into(np.multiply, dp, kept))  # the gradient reaching the weights before dropout
         delta = inner(np.sum(inner(do * out), axis=-1))  # (..., L)
@@ -172,8 +181,8 @@ def naive_backward_of(p, dout, dtype: np.dtype, fused=True, extra=False, dbias=T
             dx = inner(_into(np.multiply, dx, exact))  # the bias's gradient
         ds = dx if capped is None else inner(dx * inner(1 - inner(capped * capped)))
         ds = rnd(ds)  # the operand of the two products
-        dq = rnd(rnd(ds @ p.k.astype(work)) * work.type(p.scale))
-        dk = rnd(rnd(np.swapaxes(ds, -1, -2) @ p.q.astype(work)) * work.type(p.scale))
+        dq = rnd(rnd(ds @ p.k.astype(work, copy=False)) * work.type(p.scale))
+        dk = rnd(rnd(np.swapaxes(ds, -1, -2) @ p.q.astype(work, copy=False)) * work.type(p.scale))
         dsinks = None if sink_weight is None else rnd(-np.sum(inner(sink_weight * delta), axis=-1))
     return dq, dk, dv, rnd(dx) if dbias and p.bias is not None else None, dsinks
 

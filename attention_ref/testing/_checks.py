@@ -15,6 +15,7 @@ from ._rule import (
     ATOL_UNITS_LSE,
     check_tolerances,
     compare,
+    finite_magnitude,
     judged_dtype,
     textbook_hint,
     widened_hint,
@@ -324,7 +325,7 @@ def output_failure(actual, check: Problem, *, factor, atol, dtype, empty_rows, b
     _check_output_shape(actual, reference.shape)
     empty = np.broadcast_to(lse == -np.inf, reference.shape[:-1])  # (..., L): no allowed key (nor sink)
     mean = check.values_mean() if empty_rows == "mean" else None
-    values_scale = float(np.max(np.abs(check.v64[np.isfinite(check.v64)]), initial=0.0))  # bounds |output|
+    values_scale = finite_magnitude(check.v64)  # bounds |output|
 
     def failure(fused: bool, naive=None) -> str:
         if naive is None:
@@ -702,7 +703,7 @@ def assert_attention_grads_close(actual, q, k, v, dout, *, factor=2.0, atol=None
             dout, dtypes or [np.dtype(np.float32)], fused, dbias="dbias" in checked, progress=progress,
             magnitude=atol is None and any(d.itemsize >= 4 for d in dtypes))
         empty = lse == -np.inf  # (..., L): rows with no allowed key (nor sink)
-        scale = max(float(np.max(np.abs(g[np.isfinite(g)]), initial=0.0)) for g in reference[:3])  # dq, dk, dv
+        scale = max(finite_magnitude(g) for g in reference[:3])  # dq, dk, dv
         failures = []
         for field, grad in checked.items():
             want = getattr(reference, field)

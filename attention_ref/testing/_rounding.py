@@ -37,27 +37,29 @@ _F16_MIN_EXPONENT = np.uint32((127 - 14) << 23)
 _F16_SHIFT = np.uint32((13 << 23) | 0x400000)
 
 
-def round_to(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
+def round_to(x: np.ndarray, dtype: np.dtype, in_place: bool = False) -> np.ndarray:
     """``x.astype(dtype).astype(np.float32)`` for a float32 array `x`, as a new array with the same bits.
 
     `dtype` bfloat16 or float16 take the bit operations of the module docstring (from `FAST_MIN` elements
     on: below, their few more NumPy calls cost more than they save); anything else (or `x` not a float32
-    array) the conversion itself.
+    array) the conversion itself. With `in_place` (a contiguous `x` the caller gives up) bfloat16's bit
+    operations write the rounded values into `x` itself and return it: one array fewer at once.
     """
     if isinstance(x, np.ndarray) and x.dtype == np.float32 and x.size >= FAST_MIN:
         if is_bfloat16(dtype):
             if not np.isnan(x.max()):  # NaN propagates through the maximum
-                return _by_chunks(x, _to_bfloat16)
+                return _by_chunks(x, _to_bfloat16, in_place and x.flags.c_contiguous)
         elif dtype == np.float16:
             if x.max() <= FLOAT16_MAX and x.min() >= -FLOAT16_MAX:  # no NaN, infinity or overflow
                 return _by_chunks(x, _to_float16)
     return x.astype(dtype).astype(np.float32)
 
 
-def _by_chunks(x: np.ndarray, step) -> np.ndarray:
-    """``step(x_part, out_part, scratch)`` over `CHUNK`-element parts of `x`: each part's passes run in cache."""
+def _by_chunks(x: np.ndarray, step, in_place: bool = False) -> np.ndarray:
+    """``step(x_part, out_part, scratch)`` over `CHUNK`-element parts of `x`: each part's passes run in cache
+    (`in_place`: the parts of `x` itself are the output)."""
     flat = x.reshape(-1)
-    out = np.empty(flat.shape, np.float32)
+    out = flat if in_place else np.empty(flat.shape, np.float32)
     scratch = np.empty(min(flat.size, CHUNK), np.uint32)
     for start in range(0, flat.size, CHUNK):
         part = slice(start, start + CHUNK)
@@ -66,12 +68,12 @@ def _by_chunks(x: np.ndarray, step) -> np.ndarray:
 
 
 def _to_bfloat16(x: np.ndarray, out: np.ndarray, scratch: np.ndarray) -> None:
-    """`x` (float32, no NaN) rounded to bfloat16's 8 significant bits, into `out`."""
+    """`x` (float32, no NaN) rounded to bfloat16's 8 significant bits, into `out` (which may be `x`)."""
     bits, rounded = x.view(np.uint32), out.view(np.uint32)
-    np.right_shift(bits, 16, out=rounded)
-    rounded &= 1  # the lowest bit kept: ties go to the even neighbour
-    rounded += 0x7FFF
-    rounded += bits
+    np.right_shift(bits, 16, out=scratch)
+    scratch &= 1  # the lowest bit kept: ties go to the even neighbour
+    scratch += 0x7FFF
+    np.add(bits, scratch, out=rounded)
     rounded &= 0xFFFF0000
 
 

@@ -74,6 +74,14 @@ def _largest_magnitude(a: np.ndarray) -> float:
     return max(float(a.max(initial=0.0)), -float(a.min(initial=0.0))) + 0.0  # + 0.0: never -0.0
 
 
+def finite_magnitude(a: np.ndarray) -> float:
+    """``max |a|`` over the finite entries of `a` (0 without any): by two reductions where every entry is
+    finite, else over a copy of the finite ones."""
+    if _finite_array(a):
+        return _largest_magnitude(a)
+    return float(np.max(np.abs(a[np.isfinite(a)]), initial=0.0))
+
+
 def _rows_label(lo: int, hi: int) -> str:
     return f"row {lo}" if lo == hi else f"rows {lo}-{hi}"
 

@@ -7,7 +7,7 @@ into *units*, one element of the output's batch (a batch entry and a query head,
 and the units run as tasks on the dense path's thread pool (`attention_ref._kernel.run_blocks`), a task
 being a group of heads of one batch entry (one head for long sequences; for short ones as many as the
 dense path's tasks take, `attention_ref._kernel.heads_per_task`, so that their steps run batched while
-both cores have tasks), each task writing its own slice of the results:
+both cores have tasks, and at least `TASK_SCORES` scores), each task writing its own slice of the results:
 
 - the reference runs in blocks of query rows (`attention_ref._kernel.block_rows`), each block visiting only
   the keys a causal mask or window lets it see (`AttentionProblem.key_range`), with the forward and the
@@ -47,6 +47,9 @@ ONE_THREAD_SCORES = 1 << 16
 #: From this many scores on (all units together), a problem with several units runs them as tasks on the
 #: threads: below, a task's steps cost more than the threads save.
 THREADED_SCORES = 1 << 18
+#: Scores a task computes at least (heads grouped up to them where the heads are short): below, a task's
+#: steps and its hand-over to a thread cost more than running it beside another saves.
+TASK_SCORES = 1 << 17
 #: The share of the machine's memory a check may plan to hold at once.
 MEMORY_SHARE = 0.5
 
@@ -238,7 +241,7 @@ def units(p, progress: bool = False):
     A small problem is one None task (every unit at once); else a task is a group of heads (the last batch
     axis, a slice) at one index of the other batch axes, as many heads as `attention_ref._kernel.heads_per_task`
     puts in one of the dense path's tasks: one head for long sequences, more for short ones, so that their
-    steps run batched while every thread still has tasks to take."""
+    steps run batched while every thread still has tasks to take; and at least `TASK_SCORES` scores."""
     batch = p.out_shape[:-2]
     n_units = int(np.prod(batch))
     work = n_units * p.n_queries * p.n_keys
@@ -248,6 +251,7 @@ def units(p, progress: bool = False):
     outer, n_heads = batch[:-1], batch[-1]
     n_outer = int(np.prod(outer))
     group = heads_per_task(n_heads, p.n_queries * p.n_keys * 8, n_outer, threads)
+    group = min(n_heads, max(group, -(-TASK_SCORES // (p.n_queries * p.n_keys))))  # worth a task's steps
     tasks = [(*o, slice(h, min(n_heads, h + group))) for o in np.ndindex(*outer) for h in range(0, n_heads, group)]
     return tasks, threads, progress_bar(n_units, progress)
 
@@ -293,9 +297,11 @@ def run(tasks, threads: int, fn, done) -> None:
         run_blocks(task, tasks, PARALLEL_MIN, threads=threads)
 
 
-def naive_forward(u, dtype, fused, intermediate, extra):
-    """The baseline's ``(out, lse)`` of unit `u` (`._baseline.naive_forward_of`)."""
-    _, _, _, _, out, lse, _, _ = naive_forward_of(u, dtype, intermediate, fused, extra=extra)
+def naive_forward(u, dtype, fused, intermediate, extra, lse_only=False):
+    """The baseline's ``(out, lse)`` of unit `u` (`._baseline.naive_forward_of`); with `lse_only` ``out``
+    is None (the steps stop at the log-sum-exp)."""
+    _, _, _, _, out, lse, _, _ = naive_forward_of(u, dtype, intermediate, fused, extra=extra, lse_only=lse_only,
+                                          keep_exact=False)
     return out, lse
 
 
