@@ -72,7 +72,7 @@ def _naive_softmax(s, sinks, rnd, work, weights=True, scratch=False):
     return weights, sink_weight, lse
 
 
-def _into(ufunc, x: np.ndarray, y) -> np.ndarray:
+def into(ufunc, x: np.ndarray, y) -> np.ndarray:
     """``ufunc(x, y)``, written into `x` (a step's own temporary) where the result has its shape."""
     return ufunc(x, y, out=x) if np.broadcast_shapes(x.shape, np.shape(y)) == x.shape else ufunc(x, y)
 
@@ -124,7 +124,7 @@ def naive_forward_of(p, dtype: np.dtype, intermediate=None, fused=True, extra=Fa
         if extra is False:
             extra = naive_extra(p, dtype)
         if extra is not None:
-            s = inner(_into(np.add, s, extra))
+            s = inner(into(np.add, s, extra))
         if sinks is not None:
             sinks = rnd(np.asarray(sinks).astype(work))[..., None, None]
         if p.normalization is not None:  # elementwise (the sigmoid), each step rounded as the scores; no lse
@@ -172,13 +172,13 @@ def naive_backward_of(p, dout, dtype: np.dtype, fused=True, extra=False, dbias=T
         dv = rnd(np.swapaxes(dropped, -1, -2) @ do)  # (..., S, Ev)
         dp = inner(do @ np.swapaxes(p.v.astype(work, copy=False), -1, -2))  # (..., L, S)
         if kept is not None:
-            dp = inner(_into(np.multiply, dp, kept))  # the gradient reaching the weights before dropout
+            dp = inner(into(np.multiply, dp, kept))  # the gradient reaching the weights before dropout
         delta = inner(np.sum(inner(do * out), axis=-1))  # (..., L)
         if p.normalization is not None:
             dx = p.normalization.score_grad(exact, dp, inner)  # the sigmoid's P (1 - P) dP: the bias's gradient
         else:
-            dx = inner(_into(np.subtract, dp, delta[..., None]))  # in place: `dp` is not needed after
-            dx = inner(_into(np.multiply, dx, exact))  # the bias's gradient
+            dx = inner(into(np.subtract, dp, delta[..., None]))  # in place: `dp` is not needed after
+            dx = inner(into(np.multiply, dx, exact))  # the bias's gradient
         ds = dx if capped is None else inner(dx * inner(1 - inner(capped * capped)))
         ds = rnd(ds)  # the operand of the two products
         dq = rnd(rnd(ds @ p.k.astype(work, copy=False)) * work.type(p.scale))
@@ -205,7 +205,8 @@ class NaiveFlex:
         self.where = "on the whole score matrix"
         if unit is not None:
             b, h = unit
-            kv = slice(h // (q.shape[1] // k.shape[1]), h // (q.shape[1] // k.shape[1]) + 1)
+            g = h // (q.shape[1] // k.shape[1])  # the key/value head of query head h
+            kv = slice(g, g + 1)
             kb = slice(b, b + 1) if k.shape[0] > 1 else slice(0, 1)
             q, k, v = q[b:b + 1, h:h + 1], k[kb, kv], v[kb, kv]
             batch, heads = np.array([b]), np.array([h])

@@ -34,7 +34,7 @@ import numpy as np
 
 from .._kernel import PARALLEL_MIN, block_rows, heads_per_task, n_threads, one_blas_thread, run_blocks
 from ..backward import broadcast_index, sum_to, tile_scores
-from ._baseline import naive_extra, naive_forward_of
+from ._baseline import into, naive_extra, naive_forward_of
 
 __all__: list[str] = []  # private module
 
@@ -169,7 +169,7 @@ def reference_blocks(u, dout=None, *, out=True, magnitude=False, dbias=None) -> 
             x, capped = tile_scores(q[..., rows, :], k[..., cols, :], u.scale, u.softcap,
                                     raw if magnitude else None, extra)  # (..., l, s)
             if extra is not None:  # into the block's own scores where the sum has their shape
-                x = np.add(x, extra, out=x) if np.broadcast_shapes(x.shape, extra.shape) == x.shape else x + extra
+                x = into(np.add, x, extra)
             top = x.max(axis=-1, initial=-np.inf)  # (..., l)
             if magnitude:
                 result.magnitude = max(result.magnitude, largest_finite(x, top), *raw)

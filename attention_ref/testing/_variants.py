@@ -296,42 +296,38 @@ class Softmax(Variant):
         return p, naive_p, shared_extra(naive_p, dtype)
 
     def forward_tiles(self, x, dtype, fused, magnitude, progress):
+        return self._forward_pass(x, dtype, fused, progress, magnitude=magnitude)
+
+    def naive_output_tiles(self, x, dtype, fused, progress):
+        tiled = self._forward_pass(x, dtype, fused, progress, with_reference=False)
+        return None if tiled is None else tiled[2]
+
+    def _forward_pass(self, x, dtype, fused, progress, magnitude=False, with_reference=True):
+        """``(reference, lse, naive)`` by tiles (without `with_reference`: None, None and the baseline's
+        output alone), or None where the tiles do not compute the check."""
         tiled = self._output_tiles(x, dtype)
         if tiled is None:
             return None
         p, naive_p, extra = tiled
-        ref, lse = np.empty(p.out_shape), np.empty(p.out_shape[:-1])
+        ref, lse = (np.empty(p.out_shape), np.empty(p.out_shape[:-1])) if with_reference else (None, None)
         out = np.empty(p.out_shape, dtype)
         largest = [1.0]
         tasks, threads, done = units(p, progress)
 
         def task(idx):
-            r = reference(unit_problem(p, idx), magnitude=magnitude, whole_batch=idx is None)
-            ref[at(idx)], lse[at(idx)] = r.out, r.lse
-            largest.append(r.magnitude)
+            if with_reference:
+                r = reference(unit_problem(p, idx), magnitude=magnitude, whole_batch=idx is None)
+                ref[at(idx)], lse[at(idx)] = r.out, r.lse
+                largest.append(r.magnitude)
             out[at(idx)] = naive_forward(unit_problem(naive_p, idx), dtype, fused, self.fp8, extra)[0]
 
         try:
             run(tasks, threads, task, done)
-        except NotTiled:
+        except NotTiled:  # only the reference raises it
             return None
         if magnitude:
             x.remember_magnitude(max(largest))
         return ref, lse, out
-
-    def naive_output_tiles(self, x, dtype, fused, progress):
-        tiled = self._output_tiles(x, dtype)
-        if tiled is None:
-            return None
-        p, naive_p, extra = tiled
-        out = np.empty(p.out_shape, dtype)
-        tasks, threads, done = units(p, progress)
-
-        def task(idx):
-            out[at(idx)] = naive_forward(unit_problem(naive_p, idx), dtype, fused, self.fp8, extra)[0]
-
-        run(tasks, threads, task, done)
-        return out
 
     def lse_tiles(self, x, dtype, fused, progress):
         plain = without(self.plain, DROPOUT)
