@@ -20,6 +20,7 @@ import numpy as np
 from .._interop import to_numpy
 from .._validation import as_real_array, is_fp8, result_dtype
 from ..fp8 import fp8_output_dtype
+from ._heap import keep_freed_memory
 from ._tiles import fits
 from ._variants import FLEX, choose_variant
 
@@ -84,6 +85,7 @@ class Problem:
     whole-array computation, the largest score, grouped heads and the dtype of the scores."""
 
     def __init__(self, q, k, v, options: dict, function: str):
+        keep_freed_memory()  # the next check reuses this one's memory (`._heap`)
         options = dict(options)
         _check_deterministic(options, function)
         given = {name: options.pop(name) for name in FLEX if name in options}
