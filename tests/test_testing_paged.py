@@ -76,3 +76,48 @@ def test_torch_tensors_go_in_as_they_are():
     t = {name: torch.from_numpy(a) for name, a in
          {"out": out, "q": q, "k": k_pages, "v": v_pages, "table": table.astype(np.int32), "lens": lens}.items()}
     assert_paged_attention_close(t["out"], t["q"], t["k"], t["v"], t["table"], t["lens"])
+
+
+def side_by_side_problem(seed=5):
+    """Three sequences of four heads, 256 queries and 256, 200 and 256 keys in pages of 16 (each check one
+    task, together more than `THREADED_SCORES` scores: they run side by side on two threads)."""
+    rng = np.random.default_rng(seed)
+    k_pages, v_pages = (rng.standard_normal((48, 4, 16, 32)).astype(np.float16) for _ in range(2))
+    table = rng.permutation(48).reshape(3, 16)
+    lens = np.array([256, 200, 256])
+    q = rng.standard_normal((3, 4, 256, 32)).astype(np.float16)
+    return q, k_pages, v_pages, table, lens
+
+
+def test_sequences_side_by_side_report_as_one_after_the_other(monkeypatch):
+    """The same report, sequence by sequence in order, on two threads as on one (`one_task` sequences run side
+    by side); a correct kernel passes."""
+    q, k_pages, v_pages, table, lens = side_by_side_problem()
+    options = {"is_causal": True, "causal_alignment": "bottom-right"}
+    out = ar.paged_attention(q, k_pages, v_pages, table, lens, **options)
+    assert_paged_attention_close(out, q, k_pages, v_pages, table, lens, **options)
+    wrong = out.copy()
+    wrong[0, 1, 7] += np.float16(0.05)
+    wrong[2, 3] = ar.paged_attention(q, k_pages, v_pages, table, lens - 1, **options)[2, 3]
+    reports = []
+    for threads in ("1", "2"):
+        monkeypatch.setenv("ATTENTION_REF_NUM_THREADS", threads)
+        with pytest.raises(AssertionError) as info:
+            assert_paged_attention_close(wrong, q, k_pages, v_pages, table, lens, **options)
+        reports.append(str(info.value))
+    assert reports[0] == reports[1]
+    assert reports[0].startswith("sequence 0: ") and "\nsequence 2: " in reports[0] and "sequence 1" not in reports[0]
+
+
+def test_sequences_side_by_side_raise_the_first_sequence_s_error(monkeypatch):
+    """An error in a sequence's check is raised as one after the other would: the first sequence's."""
+    import attention_ref.testing._paged as paged
+
+    def failing(actual, check, *, what, **kwargs):
+        raise ValueError(f"{what}bad")
+
+    monkeypatch.setenv("ATTENTION_REF_NUM_THREADS", "2")
+    monkeypatch.setattr(paged, "output_failure", failing)
+    q, k_pages, v_pages, table, lens = side_by_side_problem()
+    with pytest.raises(ValueError, match=r"^sequence 0: bad$"):
+        assert_paged_attention_close(q, q, k_pages, v_pages, table, lens)

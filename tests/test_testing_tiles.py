@@ -154,24 +154,24 @@ def test_progress_is_shown_when_asked_and_changes_nothing(tqdm, monkeypatch, cap
 
 GROUPED = {
     "bias per head, dropout mask": lambda rng: {
-        "bias": rng.standard_normal((4, 256, 256)), "dropout_p": 0.25,
-        "dropout_mask": rng.random((2, 4, 256, 256)) > 0.25},
+        "bias": rng.standard_normal((8, 256, 256)), "dropout_p": 0.25,
+        "dropout_mask": rng.random((2, 8, 256, 256)) > 0.25},
     "causal, alibi, sinks": lambda rng: {
-        "is_causal": True, "alibi_slopes": np.array([0.1, 0.2, 0.3, 0.4]), "sinks": np.array([0.0, 1.0, -1.0, 2.0])},
+        "is_causal": True, "alibi_slopes": np.linspace(0.1, 0.8, 8), "sinks": np.linspace(-1.0, 2.0, 8)},
 }
 
 
 @pytest.mark.parametrize("name", list(GROUPED))
 def test_groups_of_heads_are_the_whole_array_computation(name, monkeypatch):
-    """A problem of 2^19 scores on two threads runs as four tasks of two heads; per-head arrays (bias, dropout
+    """A problem of 2^20 scores on two threads runs as four tasks of four heads; per-head arrays (bias, dropout
     mask, ALiBi slopes, sinks) follow each group, the bias's gradient sums over them."""
     monkeypatch.setenv("ATTENTION_REF_NUM_THREADS", "2")
     options = GROUPED[name](np.random.default_rng(3))
-    q, k, v, dout = problem(4, np.float16, L=256, S=256)
+    q, k, v, dout = problem(4, np.float16, H=8, Hkv=8, L=256, S=256)
     check = Problem(q, k, v, options, "test")
     p = check.variant.prepared(check, ar.attention_backward, options, np.float16)
     tasks = units(p)[0]
-    assert [t[-1] for t in tasks] == [slice(0, 2), slice(2, 4)] * 2 and [t[0] for t in tasks] == [0, 0, 1, 1]
+    assert [t[-1] for t in tasks] == [slice(0, 4), slice(4, 8)] * 2 and [t[0] for t in tasks] == [0, 0, 1, 1]
     wide = [a.astype(np.float64) for a in (q, k, v, dout)]
     reference, _, naive = check.forward(np.dtype(np.float16), True)
     np.testing.assert_allclose(reference, ar.scaled_dot_product_attention(*wide[:3], **options), rtol=0, atol=1e-13)
@@ -190,15 +190,17 @@ def test_groups_of_heads_are_the_whole_array_computation(name, monkeypatch):
         assert np.max(np.abs(got - base)) <= 2.0**-9 * np.max(np.abs(base)), field
 
 
-@pytest.mark.parametrize("L, tasks", [(256, [slice(0, 2), slice(2, 4)]), (512, [slice(h, h + 1) for h in range(4)])])
-def test_short_heads_are_grouped_up_to_a_task_s_worth(L, tasks, monkeypatch):
-    """One batch entry of four heads on two threads: heads of 256 x 256 scores go two to a task (`TASK_SCORES`),
-    longer ones one to a task; the baseline is the whole-array computation's, the reference the package's."""
+@pytest.mark.parametrize("H, L, tasks", [(4, 128, None), (8, 256, [slice(0, 4), slice(4, 8)]),
+                                         (4, 512, [slice(h, h + 1) for h in range(4)])])
+def test_short_heads_are_grouped_up_to_a_task_s_worth(H, L, tasks, monkeypatch):
+    """One batch entry on two threads: below `THREADED_SCORES` one task computes every head; heads of 256 x 256
+    scores go four to a task (`TASK_SCORES`), longer ones one to a task; the baseline is the whole-array
+    computation's, the reference the package's."""
     monkeypatch.setenv("ATTENTION_REF_NUM_THREADS", "2")
-    q, k, v, _ = problem(5, BF16, B=1, L=L, S=L)
+    q, k, v, _ = problem(5, BF16, B=1, H=H, Hkv=H, L=L, S=L)
     check = Problem(q, k, v, {"is_causal": True}, "test")
     p = check.variant.prepared(check, ar.scaled_dot_product_attention, {"is_causal": True}, BF16)
-    assert [t[-1] for t in units(p)[0]] == tasks
+    assert [None if t is None else t[-1] for t in units(p)[0]] == (tasks or [None])
     reference, _, naive = check.forward(BF16, True)
     wide = [a.astype(np.float64) for a in (q, k, v)]
     np.testing.assert_allclose(reference, ar.scaled_dot_product_attention(*wide, is_causal=True), rtol=0, atol=1e-13)

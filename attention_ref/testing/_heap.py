@@ -57,7 +57,7 @@ def _set_thresholds() -> bool:
     if any(name in os.environ for name in USER_SETTINGS) or "glibc.malloc" in os.environ.get("GLIBC_TUNABLES", ""):
         return False
     try:
-        if not os.confstr("CS_GNU_LIBC_VERSION").startswith("glibc"):
+        if not (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc"):
             return False
         mallopt = ctypes.CDLL(None).mallopt  # the process's own C library
     except (AttributeError, ValueError, OSError, TypeError):  # not POSIX, or no such name

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from .._interop import to_numpy
+from .._kernel import PARALLEL_MIN, run_blocks
 from ..paged import gather_pages, prepare_paged
 from ..varlen import sequence_options
 from ._checks import output_failure
 from ._problem import Problem
+from ._tiles import THREADED_SCORES, one_task
 
 __all__ = ["assert_paged_attention_close"]
 
@@ -106,13 +110,29 @@ def assert_paged_attention_close(actual, q, k_pages, v_pages, block_table, kv_le
     if actual.shape != want:
         raise ValueError(f"actual must have the shape of the output, {want} (q's layout with Ev last); "
                          f"got {actual.shape}")
-    failures = []
-    for b, (index, pages, length) in enumerate(zip(rows, used, lens, strict=True)):
-        k_b, v_b = gather_pages(k_pages, pages, int(length)), gather_pages(v_pages, pages, int(length))
-        check = Problem(q[index], k_b, v_b, sequence_options(options, b), "assert_paged_attention_close")
-        failures.append(output_failure(actual[index], check, factor=factor, atol=atol, dtype=dtype,
-                                       empty_rows=empty_rows, baseline=baseline, what=f"sequence {b}: ",
-                                       progress=progress))
-    failures = [f for f in failures if f]
-    if failures:
-        raise AssertionError("\n".join(failures))
+    failures: list = [None] * len(rows)  # each sequence's report, or the exception its check raised
+
+    def check_sequence(b):
+        index, length = rows[b], int(lens[b])
+        try:
+            k_b, v_b = gather_pages(k_pages, used[b], length), gather_pages(v_pages, used[b], length)
+            check = Problem(q[index], k_b, v_b, sequence_options(options, b), "assert_paged_attention_close")
+            failures[b] = output_failure(actual[index], check, factor=factor, atol=atol, dtype=dtype,
+                                         empty_rows=empty_rows, baseline=baseline, what=f"sequence {b}: ",
+                                         progress=progress)
+        except Exception as exc:  # raised below, the first sequence's first, whatever the threads' order
+            failures[b] = exc
+
+    # Sequences whose checks are one task each run side by side on the threads, when together they hold
+    # `THREADED_SCORES` scores or more; else one after the other, each check on the threads as it plans.
+    heads = int(np.prod(actual.shape[:-2])) // len(rows) if cu_seqlens_q is None else actual.shape[0]
+    shapes = [(q[index].shape[-2], int(length)) for index, length in zip(rows, lens, strict=True)]
+    side_by_side = (not progress and all(one_task(heads, L, S) for L, S in shapes)
+                    and heads * sum(L * S for L, S in shapes) >= THREADED_SCORES)
+    run_blocks(check_sequence, range(len(rows)), PARALLEL_MIN if side_by_side else 0)
+    for found in failures:
+        if isinstance(found, Exception):
+            raise found
+    reports = [f for f in failures if f]
+    if reports:
+        raise AssertionError("\n".join(reports))

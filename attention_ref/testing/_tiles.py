@@ -46,12 +46,15 @@ NAIVE_ARRAYS = 12
 ONE_THREAD_SCORES = 1 << 16
 #: From this many scores on (all units together), a problem with several units runs them as tasks on the
 #: threads: below, a task's steps cost more than the threads save.
-THREADED_SCORES = 1 << 18
+THREADED_SCORES = 1 << 19
 #: Scores a task computes at least (heads grouped up to them where the heads are short): below, a task's
 #: steps and its hand-over to a thread cost more than running it beside another saves.
-TASK_SCORES = 1 << 17
+TASK_SCORES = 1 << 18
 #: The share of the machine's memory a check may plan to hold at once.
 MEMORY_SHARE = 0.5
+#: Scores of a unit (or group of heads) from which a causal or windowed reference is cut into banded blocks
+#: that skip the keys no query of theirs sees: below, the blocks' steps cost more than the skipped keys.
+BANDED_SCORES = 1 << 19
 
 
 class NotTiled(Exception):
@@ -159,7 +162,8 @@ def reference_blocks(u, dout=None, *, out=True, magnitude=False, dbias=None) -> 
         result.dq = np.empty((*batch, L, E))
         result.dk, result.dv = (np.zeros(batch + shape) for shape in ((S, E), (S, Ev)))
         result.dsinks = None if sinks is None else np.zeros(batch)
-    block = block_rows(L, S, 8, threads=1, banded=u.window is not None)
+    banded = u.window is not None and int(np.prod(batch)) * L * S > BANDED_SCORES
+    block = block_rows(L, S, 8, threads=1, banded=banded)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         for r0 in range(0, L, block):
             rows = slice(r0, min(L, r0 + block))
@@ -234,6 +238,12 @@ def add_bias_grad(target: np.ndarray, idx, rows: slice, cols: slice, dx: np.ndar
         view += sum_to(dx, view.shape)
 
 
+def one_task(n_units: int, L: int, S: int) -> bool:
+    """Whether a check of `n_units` (batch, head) units of (L, S) scores runs as one task (`units`): below
+    `THREADED_SCORES` scores, or a single unit."""
+    return n_units < 2 or n_units * L * S < THREADED_SCORES
+
+
 def units(p, progress: bool = False):
     """``(tasks, threads, done)``: the tasks of `p`, the threads to use, and a function each task calls with
     its number of units when finished (advancing a progress bar when asked and tqdm is there).
@@ -244,9 +254,8 @@ def units(p, progress: bool = False):
     steps run batched while every thread still has tasks to take; and at least `TASK_SCORES` scores."""
     batch = p.out_shape[:-2]
     n_units = int(np.prod(batch))
-    work = n_units * p.n_queries * p.n_keys
     threads = plan_threads(p, 4)  # the baseline works in float32 (a float64 check runs on whole arrays)
-    if work < THREADED_SCORES or n_units < 2:
+    if one_task(n_units, p.n_queries, p.n_keys):
         return [None], threads, progress_bar(1, progress)
     outer, n_heads = batch[:-1], batch[-1]
     n_outer = int(np.prod(outer))
