@@ -104,14 +104,16 @@ def check(name: str, a: dict) -> None:
 def child(folder: str, name: str, repeats: int) -> None:
     """In a fresh process: warm up, time checker `name` on the saved problem, and print seconds and peak bytes.
 
-    The peak is the process's largest resident size during the checks less its resident size before them
-    (the inputs read from .npy files, which arrive without a second copy)."""
-    a = {}
-    for path in sorted(Path(folder).glob("*.npy")):
-        a[path.stem] = np.load(path)
-        if a[path.stem].dtype == np.uint16:  # bfloat16, saved as its bits
-            a[path.stem] = a[path.stem].view(as_dtype("bfloat16"))
-    check(name, inputs(SHAPES["tiny"], "bfloat16", True, False, seed=1))  # the warm-up call
+    OpenBLAS's threads spin for a while after the library starts and after each product they share (about
+    0.1 s here), taking a core from whatever runs then: the checks of a (2, 4, 256, 64) problem timed in that
+    window took 1.6 times as long as those after it. So both problems are read from .npy files (computing
+    them would start the threads again), and the timing starts 0.5 s after the warm-up call, as the checks
+    of a suite run, long after its start. The peak is the process's largest resident size during the
+    checks less its resident size before them (the inputs read from .npy files, which arrive without a
+    second copy)."""
+    a, warm_up = load(Path(folder)), load(Path(folder) / "warm_up")
+    check(name, warm_up)  # the warm-up call
+    time.sleep(0.5)  # OpenBLAS's threads idle again
     before = resident_bytes()
     best = np.inf
     for _ in range(repeats):
@@ -120,6 +122,24 @@ def child(folder: str, name: str, repeats: int) -> None:
         best = min(best, time.perf_counter() - start)
     peak = resident_bytes("VmHWM") - before
     print(json.dumps({"seconds": best, "peak_bytes": max(0, peak)}))
+
+
+def save(a: dict, folder: Path) -> None:
+    """Write problem `a` as .npy files into `folder` (bfloat16 as its bits)."""
+    folder.mkdir(exist_ok=True)
+    for key, value in a.items():
+        value = np.asarray(value)
+        np.save(folder / f"{key}.npy", value.view(np.uint16) if value.dtype.name == "bfloat16" else value)
+
+
+def load(folder: Path) -> dict:
+    """The problem `save` wrote into `folder`."""
+    a = {}
+    for path in sorted(folder.glob("*.npy")):
+        a[path.stem] = np.load(path)
+        if a[path.stem].dtype == np.uint16:  # bfloat16, saved as its bits
+            a[path.stem] = a[path.stem].view(as_dtype("bfloat16"))
+    return a
 
 
 def resident_bytes(field: str = "VmRSS") -> int:
@@ -138,9 +158,8 @@ def resident_bytes(field: str = "VmRSS") -> int:
 
 def measure(a: dict, name: str, repeats: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
-        for key, value in a.items():
-            value = np.asarray(value)
-            np.save(os.path.join(tmp, f"{key}.npy"), value.view(np.uint16) if value.dtype.name == "bfloat16" else value)
+        save(a, Path(tmp))
+        save(inputs(SHAPES["tiny"], "bfloat16", True, False, seed=1), Path(tmp) / "warm_up")
         # the child imports attention_ref as this process does (PYTHONPATH and the environment inherited)
         done = subprocess.run([sys.executable, __file__, "--child", tmp, name, str(repeats)],
                               capture_output=True, text=True)
@@ -257,7 +276,7 @@ def main(argv=None) -> int:
         args.shapes, args.dtypes = ["tiny", "small", "medium"], ["bfloat16"]
     import attention_ref
 
-    load = list(os.getloadavg())
+    load_start = list(os.getloadavg())
     rows = []
     print(f"{'shape':>18} {'dtype':>8} {'causal':>6} {'gqa':>5} {'checker':>7} {'seconds':>9} {'floor':>8} "
           f"{'ratio':>6} {'peak GiB':>8} {'torch s':>8} {'vs torch':>8}")
@@ -283,9 +302,9 @@ def main(argv=None) -> int:
                   + ("" if versus is None else f"{versus:8.4f} {row['ratio_to_torch']:8.2f}"), flush=True)
     result = {"machine": {"cores": os.cpu_count(), "numpy": np.__version__,
                           "attention_ref": getattr(attention_ref, "__version__", "unknown"),
-                          "load_average_start": load, "load_average_end": list(os.getloadavg())},
+                          "load_average_start": load_start, "load_average_end": list(os.getloadavg())},
               "rows": rows}
-    print("load average (1, 5, 15 min) at the start", load, "and the end", result["machine"]["load_average_end"])
+    print("load average (1, 5, 15 min) at the start", load_start, "and the end", result["machine"]["load_average_end"])
     if args.write:
         args.write.write_text(json.dumps(result, indent=1) + "\n")
     return 0

@@ -35,6 +35,8 @@ FLOAT16_MAX = 65504.0
 #: ``c``'s mantissa (1.5).
 _F16_MIN_EXPONENT = np.uint32((127 - 14) << 23)
 _F16_SHIFT = np.uint32((13 << 23) | 0x400000)
+#: float32's sign bit (copied with bit operations: ``np.copysign`` took half of the float16 rounding's time).
+_SIGN = np.uint32(0x80000000)
 
 
 def round_to(x: np.ndarray, dtype: np.dtype, in_place: bool = False) -> np.ndarray:
@@ -84,5 +86,7 @@ def _to_float16(x: np.ndarray, out: np.ndarray, scratch: np.ndarray) -> None:
     scratch += _F16_SHIFT
     c = scratch.view(np.float32)  # 1.5 * 2**(e + 13): its spacing is float16's at x
     np.add(x, c, out=out)
-    out -= c
-    np.copysign(out, x, out=out)  # -0.0 (and what rounds to it) keeps its sign
+    out -= c  # x rounded to a multiple of c's spacing: where not zero, it has the sign of x
+    np.bitwise_and(x.view(np.uint32), _SIGN, out=scratch)  # c no longer needed
+    rounded = out.view(np.uint32)
+    np.bitwise_or(rounded, scratch, out=rounded)  # -0.0 (and what rounds to it) keeps its sign
