@@ -26,6 +26,16 @@ unchanged), and take ``dtype=`` (the precision of a widened result) and
 - `attention_ref.testing.strategies`: hypothesis strategies drawing the
   problems kernels get wrong (``pip install 'attention_ref[strategies]'``).
 
+Notes
+-----
+A check runs on the package's threads (``ATTENTION_REF_NUM_THREADS`` caps
+them). Where the C library is glibc, the first check sets ``malloc``'s trim
+and mmap thresholds to glibc's own upper limits (64 and 32 MiB), the values
+glibc reaches by itself once a process has freed a 32 MiB block: the next
+check then reuses the memory this one freed instead of taking it from the
+system again, page by page. ``ATTENTION_REF_KEEP_HEAP=0`` leaves ``malloc``
+alone, and so does any ``MALLOC_*`` tuning in the environment.
+
 Examples
 --------
 >>> import numpy as np
