@@ -116,3 +116,15 @@ def test_rounding_in_place_gives_the_same_bits(dtype):
         assert_same_bits(got, want)
         assert np.shares_memory(got, x) == written
         assert_same_bits(x, want if written else before)
+
+
+def test_float16_widens_to_the_conversion_s_bits():
+    """`widen_float16` gives `astype(float32)`'s bits for every float16 pattern, NaN payloads included, also on a
+    strided view (the baselines widen the kernel's float16 inputs with it)."""
+    from attention_ref.testing._rounding import widen_float16
+
+    every = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).reshape(256, 256)
+    for x in (every, every[:, ::3], every.T):
+        got = widen_float16(x)
+        assert got.dtype == np.float32 and got.shape == x.shape
+        np.testing.assert_array_equal(got.view(np.uint32), x.astype(np.float32).view(np.uint32))

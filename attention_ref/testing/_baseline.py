@@ -15,7 +15,7 @@ from .._attention_problem import prepare_attention
 from .._validation import as_real_array
 from ..backward import AttentionGrads, finish_grads
 from ..flex import tile_mask, tile_score
-from ._rounding import round_to
+from ._rounding import round_to, widen_float16
 
 __all__: list[str] = []  # private module
 
@@ -94,8 +94,16 @@ def naive_forward_arrays(q, k, v, dtype: np.dtype, options: dict, intermediate=N
 
 def naive_problem(q, k, v, dtype: np.dtype, options: dict):
     """The `attention_ref.attention.AttentionProblem` of `q`, `k`, `v` rounded to `dtype`, with `options`."""
-    q, k, v = (as_real_array(a, name).astype(dtype, copy=False) for a, name in ((q, "q"), (k, "k"), (v, "v")))
+    q, k, v = (in_dtype(as_real_array(a, name), dtype) for a, name in ((q, "q"), (k, "k"), (v, "v")))
     return prepare_attention(q, k, v, **options)  # the package's own masks, window, bias and ALiBi (read only)
+
+
+def in_dtype(a: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """`a` rounded to `dtype`; a float16 `a` in float16 comes back in float32, where the baseline works (the
+    same values, widened by `._rounding.widen_float16` rather than NumPy's slower conversion)."""
+    if a.dtype == np.float16 and np.dtype(dtype) == np.float16:
+        return widen_float16(a)
+    return a.astype(dtype, copy=False)
 
 
 def naive_extra(p, dtype: np.dtype) -> np.ndarray | None:
@@ -166,7 +174,8 @@ def naive_backward_of(p, dout, dtype: np.dtype, fused=True, extra=False, dbias=T
     ``dbias`` is None without a bias, or when not asked for (`dbias` False)."""
     rnd, inner, work = rounding(dtype, fused)
     _, w, capped, sink_weight, out, _, kept, exact = naive_forward_of(p, dtype, fused=fused, extra=extra)
-    do = rnd(as_real_array(dout, "dout").astype(work))
+    dout = as_real_array(dout, "dout")
+    do = widen_float16(dout) if dout.dtype == dtype == np.float16 else rnd(dout.astype(work))
     with np.errstate(invalid="ignore", over="ignore"):
         dropped = w if kept is None else rnd(w * kept)
         dv = rnd(np.swapaxes(dropped, -1, -2) @ do)  # (..., S, Ev)

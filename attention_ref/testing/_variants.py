@@ -334,7 +334,7 @@ class Softmax(Variant):
         p = self.prepared(x, scaled_dot_product_attention, plain, dtype)
         if p is None:
             return None
-        naive_p = naive_problem(x.q64, x.k64, x.v64, dtype, plain)
+        naive_p = naive_problem(*(x.inputs if self.fp8 is None else (x.q64, x.k64, x.v64)), dtype, plain)
         extra = shared_extra(naive_p, dtype)
         lse, naive = np.empty(p.out_shape[:-1]), np.empty(p.out_shape[:-1], np.float64)
         tasks, threads, done = units(p, progress)
