@@ -79,8 +79,8 @@ def test_torch_tensors_go_in_as_they_are():
 
 
 def side_by_side_problem(seed=5):
-    """Three sequences of four heads, 256 queries and 256, 200 and 256 keys in pages of 16 (each check one
-    task, together more than `THREADED_SCORES` scores: they run side by side on two threads)."""
+    """Three sequences of four heads, 256 queries and 256, 200 and 256 keys in pages of 16 (each under
+    `THREADED_SCORES` scores, together more: they run side by side on two threads)."""
     rng = np.random.default_rng(seed)
     k_pages, v_pages = (rng.standard_normal((48, 4, 16, 32)).astype(np.float16) for _ in range(2))
     table = rng.permutation(48).reshape(3, 16)
@@ -90,8 +90,8 @@ def side_by_side_problem(seed=5):
 
 
 def test_sequences_side_by_side_report_as_one_after_the_other(monkeypatch):
-    """The same report, sequence by sequence in order, on two threads as on one (`one_task` sequences run side
-    by side); a correct kernel passes."""
+    """The same report, sequence by sequence in order, on two threads as on one (the sequences run side by
+    side); a correct kernel passes."""
     q, k_pages, v_pages, table, lens = side_by_side_problem()
     options = {"is_causal": True, "causal_alignment": "bottom-right"}
     out = ar.paged_attention(q, k_pages, v_pages, table, lens, **options)

@@ -10,7 +10,7 @@ from ..paged import gather_pages, prepare_paged
 from ..varlen import sequence_options
 from ._checks import output_failure
 from ._problem import Problem
-from ._tiles import THREADED_SCORES, one_task
+from ._tiles import THREADED_SCORES
 
 __all__ = ["assert_paged_attention_close"]
 
@@ -123,12 +123,11 @@ def assert_paged_attention_close(actual, q, k_pages, v_pages, block_table, kv_le
         except Exception as exc:  # raised below, the first sequence's first, whatever the threads' order
             failures[b] = exc
 
-    # Sequences whose checks are one task each run side by side on the threads, when together they hold
-    # `THREADED_SCORES` scores or more; else one after the other, each check on the threads as it plans.
+    # Sequences too small to be split into tasks (under `THREADED_SCORES` scores each) run side by side on the
+    # threads, when together they reach that many; else one after the other, each check as it plans.
     heads = int(np.prod(actual.shape[:-2])) // len(rows) if cu_seqlens_q is None else actual.shape[0]
-    shapes = [(q[index].shape[-2], int(length)) for index, length in zip(rows, lens, strict=True)]
-    side_by_side = (not progress and all(one_task(heads, L, S) for L, S in shapes)
-                    and heads * sum(L * S for L, S in shapes) >= THREADED_SCORES)
+    scores = [heads * q[index].shape[-2] * int(length) for index, length in zip(rows, lens, strict=True)]
+    side_by_side = not progress and max(scores) < THREADED_SCORES <= sum(scores)
     run_blocks(check_sequence, range(len(rows)), PARALLEL_MIN if side_by_side else 0)
     for found in failures:
         if isinstance(found, Exception):

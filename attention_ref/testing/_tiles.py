@@ -238,12 +238,6 @@ def add_bias_grad(target: np.ndarray, idx, rows: slice, cols: slice, dx: np.ndar
         view += sum_to(dx, view.shape)
 
 
-def one_task(n_units: int, L: int, S: int) -> bool:
-    """Whether a check of `n_units` (batch, head) units of (L, S) scores runs as one task (`units`): below
-    `THREADED_SCORES` scores, or a single unit."""
-    return n_units < 2 or n_units * L * S < THREADED_SCORES
-
-
 def units(p, progress: bool = False):
     """``(tasks, threads, done)``: the tasks of `p`, the threads to use, and a function each task calls with
     its number of units when finished (advancing a progress bar when asked and tqdm is there).
@@ -255,7 +249,7 @@ def units(p, progress: bool = False):
     batch = p.out_shape[:-2]
     n_units = int(np.prod(batch))
     threads = plan_threads(p, 4)  # the baseline works in float32 (a float64 check runs on whole arrays)
-    if one_task(n_units, p.n_queries, p.n_keys):
+    if n_units < 2 or n_units * p.n_queries * p.n_keys < THREADED_SCORES:
         return [None], threads, progress_bar(1, progress)
     outer, n_heads = batch[:-1], batch[-1]
     n_outer = int(np.prod(outer))
