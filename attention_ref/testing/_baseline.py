@@ -15,7 +15,7 @@ from .._attention_problem import prepare_attention
 from .._validation import as_real_array
 from ..backward import AttentionGrads, finish_grads
 from ..flex import tile_mask, tile_score
-from ._rounding import round_to, widen_float16
+from ._rounding import FAST_MIN, round_to, widen_float16
 
 __all__: list[str] = []  # private module
 
@@ -99,9 +99,10 @@ def naive_problem(q, k, v, dtype: np.dtype, options: dict):
 
 
 def in_dtype(a: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """`a` rounded to `dtype`; a float16 `a` in float16 comes back in float32, where the baseline works (the
-    same values, widened by `._rounding.widen_float16` rather than NumPy's slower conversion)."""
-    if a.dtype == np.float16 and np.dtype(dtype) == np.float16:
+    """`a` rounded to `dtype`; a float16 `a` in float16 of `FAST_MIN` elements or more comes back in float32,
+    where the baseline works (the same values, widened by `._rounding.widen_float16` rather than NumPy's
+    slower conversion)."""
+    if a.dtype == np.float16 and a.size >= FAST_MIN and np.dtype(dtype) == np.float16:
         return widen_float16(a)
     return a.astype(dtype, copy=False)
 
@@ -175,7 +176,7 @@ def naive_backward_of(p, dout, dtype: np.dtype, fused=True, extra=False, dbias=T
     rnd, inner, work = rounding(dtype, fused)
     _, w, capped, sink_weight, out, _, kept, exact = naive_forward_of(p, dtype, fused=fused, extra=extra)
     dout = as_real_array(dout, "dout")
-    do = widen_float16(dout) if dout.dtype == dtype == np.float16 else rnd(dout.astype(work))
+    do = widen_float16(dout) if dout.dtype == dtype == np.float16 and dout.size >= FAST_MIN else rnd(dout.astype(work))
     with np.errstate(invalid="ignore", over="ignore"):
         dropped = w if kept is None else rnd(w * kept)
         dv = rnd(np.swapaxes(dropped, -1, -2) @ do)  # (..., S, Ev)

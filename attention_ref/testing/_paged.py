@@ -125,10 +125,14 @@ def assert_paged_attention_close(actual, q, k_pages, v_pages, block_table, kv_le
 
     # Sequences too small to be split into tasks (under `THREADED_SCORES` scores each) run side by side on the
     # threads, when together they reach that many; else one after the other, each check as it plans.
-    heads = int(np.prod(actual.shape[:-2])) // len(rows) if cu_seqlens_q is None else actual.shape[0]
-    scores = [heads * q[index].shape[-2] * int(length) for index, length in zip(rows, lens, strict=True)]
-    side_by_side = not progress and max(scores) < THREADED_SCORES <= sum(scores)
-    run_blocks(check_sequence, range(len(rows)), PARALLEL_MIN if side_by_side else 0)
+    if len(rows) > 1 and not progress:
+        heads = int(np.prod(actual.shape[:-2])) // len(rows) if cu_seqlens_q is None else actual.shape[0]
+        scores = [heads * q[index].shape[-2] * int(length) for index, length in zip(rows, lens, strict=True)]
+        side_by_side = max(scores) < THREADED_SCORES <= sum(scores)
+        run_blocks(check_sequence, range(len(rows)), PARALLEL_MIN if side_by_side else 0)
+    else:
+        for b in range(len(rows)):
+            check_sequence(b)
     for found in failures:
         if isinstance(found, Exception):
             raise found
