@@ -10,7 +10,8 @@ warm-up call on a small problem, and sets each beside
   output, the log-sum-exp and the paged check, 7 + 7 for the gradients, the backward's 5 and its
   forward's 2), timed again before each problem's checks, the least time so far kept;
 - the check's peak memory above its inputs, measured in a child process (which also runs the timing, so
-  that the largest checks run only as often as timed: the best of 5, or of 2 from L = 1024 on);
+  that the largest checks run only as often as timed: the best of 50 tiny checks, of 10 at (2, 4, 256, 64), of
+  2 from L = 1024 on);
 - what a kernel suite uses instead today: FlashAttention's test reference (`tests/flash_reference.py`),
   the attention in PyTorch upcast to float32 plus the same in the kernel's dtype, forward and autograd
   backward, on the same CPU (the output and paged checks against its forward, the gradients against its
@@ -44,6 +45,9 @@ CHECKERS = ("output", "lse", "grads", "paged")
 #: GEMMs of the float64 reference and of the float32 baseline: (for each precision) of each checker.
 GEMMS = {"output": 2, "lse": 2, "paged": 2, "grads": 7}
 PAGE = 16
+#: Timed runs of each check (and of PyTorch's reference), the best kept: a tiny check takes a fraction of a
+#: millisecond, where one interruption moved a best of 5 by a third.
+REPEATS = {"tiny": 50, "small": 10, "medium": 2, "large": 2}
 
 
 def as_dtype(name: str) -> np.dtype:
@@ -282,7 +286,7 @@ def main(argv=None) -> int:
           f"{'ratio':>6} {'peak GiB':>8} {'torch s':>8} {'vs torch':>8}")
     floors: dict = {}
     for size, shape, dtype, causal, gqa in configs(args):
-        repeats = 5 if size in ("tiny", "small") else 2
+        repeats = REPEATS[size]
         # the floor again before each problem's checks, keeping the least: other work on the machine only adds
         floor_now = gemm_floor(shape, 7 if size in ("tiny", "small") else 2)
         floors[size] = {n: min(t, floors.get(size, floor_now)[n]) for n, t in floor_now.items()}
