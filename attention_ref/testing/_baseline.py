@@ -99,12 +99,19 @@ def naive_problem(q, k, v, dtype: np.dtype, options: dict):
 
 
 def in_dtype(a: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """`a` rounded to `dtype`; a float16 `a` in float16 of `FAST_MIN` elements or more comes back in float32,
-    where the baseline works (the same values, widened by `._rounding.widen_float16` rather than NumPy's
-    slower conversion)."""
-    if a.dtype == np.float16 and a.size >= FAST_MIN and np.dtype(dtype) == np.float16:
-        return widen_float16(a)
+    """`a` rounded to `dtype`; already in float16 or bfloat16, it comes back `widened` to float32, where the
+    baseline works (the same values)."""
+    if a.dtype == dtype and a.dtype.itemsize < 4:
+        return widened(a, np.dtype(np.float32))
     return a.astype(dtype, copy=False)
+
+
+def widened(a: np.ndarray, work: np.dtype) -> np.ndarray:
+    """`a` in the wider dtype `work`, exactly: float16 to float32 by `._rounding.widen_float16` from
+    `FAST_MIN` elements on (NumPy's conversion is scalar code), anything else by NumPy."""
+    if a.dtype == np.float16 and work == np.float32 and a.size >= FAST_MIN:
+        return widen_float16(a)
+    return a.astype(work, copy=False)
 
 
 def naive_extra(p, dtype: np.dtype) -> np.ndarray | None:
@@ -176,7 +183,7 @@ def naive_backward_of(p, dout, dtype: np.dtype, fused=True, extra=False, dbias=T
     rnd, inner, work = rounding(dtype, fused)
     _, w, capped, sink_weight, out, _, kept, exact = naive_forward_of(p, dtype, fused=fused, extra=extra)
     dout = as_real_array(dout, "dout")
-    do = widen_float16(dout) if dout.dtype == dtype == np.float16 and dout.size >= FAST_MIN else rnd(dout.astype(work))
+    do = widened(dout, work) if dout.dtype == dtype else rnd(dout.astype(work))  # in `dtype` already: exact
     with np.errstate(invalid="ignore", over="ignore"):
         dropped = w if kept is None else rnd(w * kept)
         dv = rnd(np.swapaxes(dropped, -1, -2) @ do)  # (..., S, Ev)
