@@ -23,8 +23,8 @@ of 32 MiB and more are still mapped and unmapped one by one. Nothing changes whe
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
-import threading
 
 __all__: list[str] = []  # private module
 
@@ -37,21 +37,10 @@ TRIM_THRESHOLD = 2 * MMAP_THRESHOLD
 #: Environment variables through which a user tunes glibc's malloc.
 USER_SETTINGS = ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_MMAP_MAX_")
 
-_lock = threading.Lock()
-_decided: list[bool] = []  # [whether the thresholds were set], once decided
 
-
+@functools.cache  # once per process (two threads' first checks setting the same values at once is harmless)
 def keep_freed_memory() -> bool:
     """Set glibc's trim and mmap thresholds to their limits, once per process; return whether they are set."""
-    if _decided:
-        return _decided[0]
-    with _lock:
-        if not _decided:
-            _decided.append(_set_thresholds())
-    return _decided[0]
-
-
-def _set_thresholds() -> bool:
     if os.environ.get("ATTENTION_REF_KEEP_HEAP", "").strip() == "0":
         return False
     if any(name in os.environ for name in USER_SETTINGS) or "glibc.malloc" in os.environ.get("GLIBC_TUNABLES", ""):
